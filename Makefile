@@ -1,0 +1,50 @@
+# ternmq — `make run` starts a node, `make test` runs the suite. Both install into .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PROTOS := $(wildcard proto/services/pb/*.proto)
+
+.PHONY: run test test-fast lint format typecheck proto proto-check install clean bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[dev,etl]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/ternmq start --config deploy/ternmq.conf
+
+## Regenerate services/pb/ from proto/ (the only way those files change).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. \
+	  --grpc_python_out=. $(PROTOS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check services spark_pipeline tests bench
+	$(BIN)/ruff format --check services spark_pipeline tests bench
+
+format: $(STAMP)
+	$(BIN)/ruff format services spark_pipeline tests bench
+	$(BIN)/ruff check --fix services spark_pipeline tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy services spark_pipeline
+
+test: $(STAMP)
+	$(MAKE) lint typecheck
+	$(BIN)/python -m pytest tests -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+bench: $(STAMP)
+	bash bench/run.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info data

@@ -1,0 +1,184 @@
+"""``ternmq-admin``: the operator's view of a running node, over its HTTP admin API.
+
+Tables are drawn the way ``vmq-admin`` draws them; ``--json`` prints the API's JSON for
+scripts. Exit status: 0 ok, 1 the node answered with an error, 3 the node is unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlencode
+
+import click
+
+EXIT_ERROR = 1
+EXIT_UNREACHABLE = 3
+
+
+def render_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """A ``+---+`` table like vmq-admin's; empty input gives just the header."""
+    if columns is None:
+        columns = list(rows[0]) if rows else []
+    if not columns:
+        return "(nothing to show)\n"
+    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(values: list[str]) -> str:
+        return "|" + "|".join(f" {v:<{w}} " for v, w in zip(values, widths, strict=True)) + "|"
+
+    out = [sep, line(columns), sep, *(line(r) for r in cells), sep]
+    return "\n".join(out) + "\n"
+
+
+class Node:
+    def __init__(self, address: str) -> None:
+        self.base = address if address.startswith("http") else f"http://{address}"
+
+    def get(self, path: str, **query: Any) -> Any:
+        params = urlencode([(k, v) for k, vs in query.items() if vs is not None
+                            for v in (vs if isinstance(vs, list | tuple) else [vs])])
+        url = f"{self.base}{path}" + (f"?{params}" if params else "")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            body = exc.read().decode(errors="replace")
+            try:
+                message = json.loads(body).get("error", body)
+            except ValueError:
+                message = body
+            click.echo(f"ternmq-admin: {message}", err=True)
+            sys.exit(EXIT_ERROR)
+        except (urllib.error.URLError, OSError) as exc:
+            click.echo(f"ternmq-admin: node {self.base} unreachable: {exc}", err=True)
+            sys.exit(EXIT_UNREACHABLE)
+
+
+def _emit(ctx: click.Context, data: Any, columns: list[str] | None = None) -> None:
+    if ctx.obj["json"]:
+        click.echo(json.dumps(data, indent=1, default=str))
+    elif isinstance(data, list):
+        click.echo(render_table(data, columns), nl=False)
+    else:
+        click.echo(render_table([data], columns), nl=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--node", default="127.0.0.1:8888", show_default=True,
+              help="HTTP address of the node (listener.http.default).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.pass_context
+def cli(ctx: click.Context, node: str, as_json: bool) -> None:
+    """Administer a ternmq node."""
+    ctx.obj = {"node": Node(node), "json": as_json}
+
+
+@cli.group()
+def cluster() -> None:
+    """Cluster membership."""
+
+
+@cluster.command("show")
+@click.pass_context
+def cluster_show(ctx: click.Context) -> None:
+    """List the cluster's nodes and whether they run."""
+    rows = ctx.obj["node"].get("/api/v1/cluster/show")
+    _emit(ctx, [{"Node": r["node"], "Running": str(r["running"]).lower()} for r in rows]
+          if not ctx.obj["json"] else rows)
+
+
+@cli.group()
+def session() -> None:
+    """Sessions."""
+
+
+@session.command("show")
+@click.option("--client_id", "--client-id", "client_id", default="", help="Only this client.")
+@click.pass_context
+def session_show(ctx: click.Context, client_id: str) -> None:
+    """List sessions (online and offline persistent ones)."""
+    rows = ctx.obj["node"].get("/api/v1/session/show", client_id=client_id or None)
+    _emit(ctx, rows, ["client_id", "mountpoint", "user", "peer", "protocol", "online",
+                      "persistent", "node", "epoch"])
+
+
+@cli.group()
+def retain() -> None:
+    """Retained messages."""
+
+
+@retain.command("show")
+@click.option("--topic", default=None, help="Only topics matching this filter.")
+@click.option("--payload", is_flag=True, help="Show payloads.")
+@click.pass_context
+def retain_show(ctx: click.Context, topic: str | None, payload: bool) -> None:
+    """List retained messages."""
+    rows = ctx.obj["node"].get("/api/v1/retain/show", topic=topic,
+                               payload="1" if payload else None)
+    cols = ["topic", "mountpoint", "qos", "size"] + (["payload"] if payload else [])
+    _emit(ctx, rows, cols)
+
+
+@cli.group()
+def listener() -> None:
+    """MQTT listeners."""
+
+
+@listener.command("show")
+@click.pass_context
+def listener_show(ctx: click.Context) -> None:
+    """List listeners and their state."""
+    _emit(ctx, ctx.obj["node"].get("/api/v1/listener/show"),
+          ["type", "status", "name", "address", "port", "mountpoint", "max_conns",
+           "protocols"])
+
+
+@cli.group()
+def metrics() -> None:
+    """Metrics."""
+
+
+@metrics.command("show")
+@click.pass_context
+def metrics_show(ctx: click.Context) -> None:
+    """Print every metric of the node."""
+    rows = ctx.obj["node"].get("/api/v1/metrics/show")
+    if ctx.obj["json"]:
+        _emit(ctx, rows)
+        return
+    for r in sorted(rows, key=lambda r: (r["name"], sorted(r["labels"].items()))):
+        labels = ",".join(f"{k}={v}" for k, v in sorted(r["labels"].items()))
+        value = int(r["value"]) if float(r["value"]).is_integer() else r["value"]
+        click.echo(f"{r['kind']}.{r['name']}{'{' + labels + '}' if labels else ''} = {value}")
+
+
+@cli.command("show")
+@click.argument("keys", nargs=-1, required=True)
+@click.pass_context
+def show(ctx: click.Context, keys: tuple[str, ...]) -> None:
+    """Show configuration values."""
+    data = ctx.obj["node"].get("/api/v1/show", key=list(keys))
+    _emit(ctx, [{"key": k, "value": v} for k, v in data.items()]
+          if not ctx.obj["json"] else data)
+
+
+@cli.group()
+def plugin() -> None:
+    """Plugins."""
+
+
+@plugin.command("show")
+@click.pass_context
+def plugin_show(ctx: click.Context) -> None:
+    """List plugins and whether they are enabled."""
+    _emit(ctx, ctx.obj["node"].get("/api/v1/plugin/show"))
+
+
+def main() -> None:
+    cli()

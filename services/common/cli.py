@@ -1,0 +1,106 @@
+"""The ``ternmq`` command: start a node, run one service, dev clusters, the ETL."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from services.common.config import ConfigError, load
+from services.common.schema import schema
+
+EXIT_CONFIG = 2
+
+
+def _overrides(sets: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        out[key.strip()] = value
+    return out
+
+
+def load_config(path: str | None, sets: tuple[str, ...] = ()) -> Any:
+    """Load and validate, or exit with status 2 naming the file, line and reason."""
+    try:
+        return load(schema(), path, _overrides(sets))
+    except ConfigError as exc:
+        click.echo(f"ternmq: invalid configuration:\n{exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+def run_service(name: str, config: Any) -> int:
+    from services.common.service import run
+
+    server = importlib.import_module(f"services.{name}.server")
+    return run(name, config, server.serve)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """ternmq: a distributed MQTT broker."""
+
+
+@cli.command()
+@click.argument("name", type=click.Choice(["listener", "registry", "gossip", "msgstore"]))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key.")
+def service(name: str, config_path: str | None, sets: tuple[str, ...]) -> None:
+    """Run one service of a node in the foreground."""
+    sys.exit(run_service(name, load_config(config_path, sets)))
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="ternmq.conf (defaults apply to every key it does not set).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key.")
+def start(config_path: str | None, sets: tuple[str, ...]) -> None:
+    """Run a node (all four services) in the foreground."""
+    from services.common.supervisor import start_node
+
+    sys.exit(start_node(load_config(config_path, sets)))
+
+
+@cli.group()
+def config() -> None:
+    """Inspect the configuration schema."""
+
+
+@config.command("defaults")
+def config_defaults() -> None:
+    """Print the commented default ternmq.conf."""
+    from services.common.config import render_default_conf
+
+    click.echo(render_default_conf(schema()), nl=False)
+
+
+@config.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def config_check(path: str) -> None:
+    """Validate a ternmq.conf; exit 2 naming every bad line."""
+    cfg = load_config(path)
+    click.echo(f"{path}: ok ({len(cfg.explicit())} keys set)")
+
+
+def _add_etl() -> None:
+    try:
+        from spark_pipeline.cli import etl
+    except ImportError:  # the ETL extra (pyspark) is not installed
+        return
+    cli.add_command(etl)
+
+
+_add_etl()
+
+
+def service_main(name: str) -> int:
+    """``python -m services.NAME --config FILE [--set K=V]``."""
+    return int(cli.main(["service", name, *sys.argv[1:]], standalone_mode=False) or 0)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,128 @@
+"""The event catalogue: every structured log event ternmq emits, with its fields.
+
+This module is a contract with ``spark_pipeline/``: the ETL declares an explicit Spark
+schema per event from it and a test checks both agree, and another test fails when a
+service logs an event or a field that is not listed here. Adding a field is a minor
+schema change (bump ``SCHEMA_VERSION``'s minor part); renaming or removing one is major.
+
+Every line also carries the envelope fields in ``ENVELOPE``. Field types are the JSON
+types the writer emits: ``str``, ``int`` (64-bit), ``float``, ``bool``, or ``list[str]``.
+Timestamps are UTC ISO-8601 strings with microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+SCHEMA_VERSION: Final = "1.0"
+
+FieldTypes = dict[str, str]
+
+ENVELOPE: Final[FieldTypes] = {
+    "ts": "str",
+    "level": "str",
+    "node": "str",
+    "service": "str",
+    "event": "str",
+    "schema": "str",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """One event: its name, its fields and what it means."""
+
+    name: str
+    fields: FieldTypes
+    doc: str
+
+
+def _e(name: str, doc: str, **fields: str) -> EventSpec:
+    return EventSpec(name, dict(fields), doc)
+
+
+_SPECS: Final = [
+    # -- service lifecycle -------------------------------------------------------
+    _e("service.started", "A service process is up and serving.", address="str", pid="int"),
+    _e("service.stopping", "A service began a graceful shutdown.", reason="str"),
+    _e("service.crashed", "The supervisor saw a child exit unexpectedly.",
+       child="str", exit_code="int", restarts="int"),
+    _e("service.restarted", "The supervisor restarted a child.", child="str", pid="int"),
+    _e("config.loaded", "Configuration was read.", path="str", keys="int"),
+    # -- connections and sessions ------------------------------------------------
+    _e("client.connected", "CONNACK with success sent.",
+       client_id="str", mountpoint="str", peer="str", proto_ver="int", clean_start="bool",
+       session_present="bool", keepalive="int", session_expiry="int", username="str",
+       listener="str"),
+    _e("client.disconnected", "A client connection ended.",
+       client_id="str", mountpoint="str", peer="str", reason="str", reason_code="int",
+       duration_s="float"),
+    _e("client.rejected", "A CONNECT was refused.",
+       client_id="str", peer="str", reason="str", reason_code="int", proto_ver="int"),
+    _e("session.takeover", "A new connection took over a client id's session.",
+       client_id="str", mountpoint="str", old_node="str", new_node="str", epoch="int"),
+    _e("session.expired", "A persistent session expired and was deleted.",
+       client_id="str", mountpoint="str", reason="str"),
+    _e("protocol.error", "A client broke the protocol; it was disconnected.",
+       client_id="str", peer="str", reason="str", reason_code="int"),
+    _e("auth.failed", "Authentication or authorisation failed.",
+       client_id="str", peer="str", username="str", action="str", topic="str",
+       reason="str"),
+    # -- messages -----------------------------------------------------------------
+    _e("message.published", "A PUBLISH was accepted from a client.",
+       msg_id="str", client_id="str", topic="str", qos="int", retain="bool", size="int",
+       mountpoint="str"),
+    _e("message.delivered", "A PUBLISH was written to a subscriber.",
+       msg_id="str", client_id="str", topic="str", qos="int", dup="bool", latency_us="int",
+       publisher="str", seq="int"),
+    _e("message.acked", "A subscriber acknowledged a QoS 1/2 delivery (PUBACK/PUBCOMP).",
+       msg_id="str", client_id="str", qos="int", latency_us="int"),
+    _e("message.queued", "A message was appended to a session queue.",
+       msg_id="str", client_id="str", mountpoint="str", seq="int", epoch="int", qos="int"),
+    _e("message.dropped", "A message was not delivered to one session, on purpose.",
+       msg_id="str", client_id="str", topic="str", qos="int", reason="str"),
+    _e("message.expired", "A message's expiry interval passed before delivery.",
+       msg_id="str", client_id="str", topic="str"),
+    _e("retain.updated", "A retained message was set or cleared.",
+       topic="str", size="int", cleared="bool"),
+    # -- queues and store ---------------------------------------------------------
+    _e("queue.created", "A session queue was created.", client_id="str", mountpoint="str",
+       epoch="int"),
+    _e("queue.deleted", "A session queue was removed.", client_id="str", mountpoint="str",
+       reason="str"),
+    _e("queue.migrated", "A queue moved to another node.", client_id="str",
+       mountpoint="str", from_node="str", to_node="str", messages="int", epoch="int"),
+    _e("queue.failover", "A replica was promoted after its owner died.", client_id="str",
+       mountpoint="str", from_node="str", to_node="str", committed_seq="int", epoch="int"),
+    _e("store.commit", "A group commit was written (sampled).", entries="int",
+       bytes="int", fsync_us="int"),
+    _e("store.error", "The store could not complete an operation.", op="str",
+       reason="str"),
+    # -- cluster ------------------------------------------------------------------
+    _e("node.up", "A cluster member became reachable.", peer="str"),
+    _e("node.down", "A cluster member stopped answering.", peer="str"),
+    _e("node.joined", "A member joined the cluster.", peer="str"),
+    _e("node.left", "A member left the cluster.", peer="str"),
+    _e("netsplit.detected", "This node lost sight of a majority or of some members.",
+       unreachable="list[str]", members="int"),
+    _e("netsplit.healed", "Every member is reachable again.", duration_s="float",
+       members="int"),
+    _e("rpc.failed", "An inter-service RPC failed.", target="str", method="str",
+       code="str", reason="str"),
+]
+
+EVENTS: Final[dict[str, EventSpec]] = {spec.name: spec for spec in _SPECS}
+
+
+def fields_of(event: str) -> FieldTypes:
+    """All fields a line of ``event`` may carry, envelope included."""
+    return {**ENVELOPE, **EVENTS[event].fields}
+
+
+def unknown_fields(event: str, fields: dict[str, object]) -> list[str]:
+    """Fields that the catalogue does not list for ``event`` (empty when conformant)."""
+    if event not in EVENTS:
+        return [f"<unknown event {event!r}>"]
+    allowed = fields_of(event)
+    return sorted(k for k in fields if k not in allowed)

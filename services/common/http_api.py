@@ -1,0 +1,259 @@
+"""The node's HTTP endpoints: ``/health``, ``/status``, ``/metrics`` and the admin API.
+
+Served by the supervisor from a thread (stdlib ``ThreadingHTTPServer``): it is low
+traffic, must keep answering while the services restart, and gathers its answers from
+the services' Admin RPCs with synchronous gRPC calls and short deadlines — a service
+that does not answer shows up as not ready, it does not hang the endpoint.
+
+Admin API (JSON, used by ``ternmq-admin``):
+``GET /api/v1/cluster/show``, ``/api/v1/session/show[?client_id=]``,
+``/api/v1/retain/show[?topic=&payload=1]``, ``/api/v1/listener/show``,
+``/api/v1/metrics/show``, ``/api/v1/show?key=K&key=…``, ``/api/v1/plugin/show``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import grpc
+
+from services.common.config import Config
+from services.common.grpcutil import CHANNEL_OPTIONS, service_address
+from services.common.metrics import SampleValue, render_prometheus
+from services.listener.routing.topics import topic_matches
+from services.pb import common_pb2, common_pb2_grpc, gossip_pb2, gossip_pb2_grpc
+from services.pb import registry_pb2, registry_pb2_grpc
+
+if TYPE_CHECKING:
+    from services.common.supervisor import Supervisor
+
+_RPC_TIMEOUT = 2.0
+
+
+class NodeClient:
+    """Synchronous gRPC access to the node's services, for the HTTP thread."""
+
+    def __init__(self, config: Config) -> None:
+        self.channels = {
+            name: grpc.insecure_channel(service_address(config, name), options=CHANNEL_OPTIONS)
+            for name in ("listener", "registry", "gossip", "msgstore")
+        }
+
+    def status(self, name: str) -> dict[str, Any]:
+        stub = common_pb2_grpc.AdminStub(self.channels[name])
+        try:
+            reply = stub.Status(common_pb2.StatusRequest(), timeout=_RPC_TIMEOUT)
+        except grpc.RpcError as exc:
+            return {"ready": False, "error": str(exc.code())}  # type: ignore[attr-defined]
+        return {"ready": reply.ready, "started_us": reply.started_us,
+                **json.loads(reply.json or "{}")}
+
+    def samples(self) -> list[SampleValue]:
+        out: list[SampleValue] = []
+        for name, chan in self.channels.items():
+            stub = common_pb2_grpc.AdminStub(chan)
+            try:
+                reply = stub.Metrics(common_pb2.MetricsRequest(), timeout=_RPC_TIMEOUT)
+            except grpc.RpcError:
+                continue
+            for s in reply.samples:
+                labels = dict(s.labels)
+                labels.setdefault("service", name)
+                out.append(SampleValue(s.name, labels, s.value, s.kind, s.help))
+        return out
+
+    def sessions(self, client_id: str) -> list[dict[str, Any]]:
+        stub = registry_pb2_grpc.RegistryStub(self.channels["registry"])
+        reply = stub.Sessions(registry_pb2.SessionsRequest(client_id=client_id, limit=10000),
+                              timeout=_RPC_TIMEOUT)
+        return [{
+            "client_id": s.key.client_id, "mountpoint": s.key.mountpoint, "node": s.node,
+            "online": s.online, "epoch": s.epoch, "session_expiry": s.session_expiry,
+            "peer": s.peer, "user": s.username, "protocol": s.proto_ver,
+            "persistent": s.persistent,
+        } for s in reply.sessions]
+
+    def retained(self, topic: str | None, payload: bool) -> list[dict[str, Any]]:
+        stub = gossip_pb2_grpc.GossipStub(self.channels["gossip"])
+        out = []
+        call = stub.Watch(gossip_pb2.WatchRequest(prefixes=["retain"]), timeout=_RPC_TIMEOUT)
+        try:
+            for event in call:
+                for u in event.updates:
+                    if u.deleted:
+                        continue
+                    msg = common_pb2.MqttMessage.FromString(u.value)
+                    if topic and not topic_matches(topic, msg.topic):
+                        continue
+                    row: dict[str, Any] = {"mountpoint": msg.mountpoint, "topic": msg.topic,
+                                           "qos": msg.qos, "size": len(msg.payload)}
+                    if payload:
+                        row["payload"] = msg.payload.decode("utf-8", "replace")
+                    out.append(row)
+                if event.snapshot_done:
+                    break
+        finally:
+            call.cancel()
+        return out
+
+    def close(self) -> None:
+        for chan in self.channels.values():
+            chan.close()
+
+
+class HttpApi:
+    def __init__(self, config: Config, supervisor: Supervisor) -> None:
+        self.config = config
+        self.supervisor = supervisor
+        self.client = NodeClient(config)
+        self.server: ThreadingHTTPServer | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        address = self.config["listener.http.default"]
+        if address == "off":
+            return
+        host, _, port = address.rpartition(":")
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                api.handle(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # access logs are not events
+
+        self.server = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="http",
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        self.client.close()
+
+    # -- routing -------------------------------------------------------------------
+    def handle(self, req: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(req.path)
+        query = parse_qs(url.query)
+        routes = {
+            "/health": self.health,
+            "/status": self.status,
+            "/metrics": self.metrics,
+            "/api/v1/cluster/show": self.cluster_show,
+            "/api/v1/session/show": self.session_show,
+            "/api/v1/retain/show": self.retain_show,
+            "/api/v1/listener/show": self.listener_show,
+            "/api/v1/metrics/show": self.metrics_show,
+            "/api/v1/show": self.show,
+            "/api/v1/plugin/show": self.plugin_show,
+        }
+        route = routes.get(url.path)
+        if route is None:
+            self._reply(req, HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {url.path}"})
+            return
+        try:
+            status, body = route(query)
+        except grpc.RpcError as exc:
+            status, body = HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
+        self._reply(req, status, body)
+
+    @staticmethod
+    def _reply(req: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+        if isinstance(body, str):
+            data = body.encode()
+            ctype = "text/plain; version=0.0.4; charset=utf-8"
+        else:
+            data = json.dumps(body, indent=1, default=str).encode()
+            ctype = "application/json"
+        req.send_response(status)
+        req.send_header("Content-Type", ctype)
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+
+    # -- endpoints -------------------------------------------------------------------
+    def _ready(self) -> tuple[bool, dict[str, Any]]:
+        children = self.supervisor.status()
+        services = {name: self.client.status(name) for name in children}
+        ok = all(c["running"] for c in children.values()) and all(
+            s.get("ready") for s in services.values())
+        return ok, services
+
+    def health(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        ok, services = self._ready()
+        body = {"status": "OK" if ok else "DOWN",
+                "services": {k: bool(v.get("ready")) for k, v in services.items()}}
+        return (HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE), body
+
+    def status(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        ok, services = self._ready()
+        return HTTPStatus.OK, {
+            "node": self.config["nodename"],
+            "ready": ok,
+            "uptime_s": round(time.time() - self.supervisor.started_at, 1),
+            "children": self.supervisor.status(),
+            "services": services,
+        }
+
+    def metrics(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        samples = self.client.samples()
+        for name, child in self.supervisor.status().items():
+            samples.append(SampleValue("ternmq_service_restarts_total", {"service": name},
+                                       float(child["restarts"]), "counter",  # type: ignore[arg-type]
+                                       "Times the supervisor restarted a service"))
+            samples.append(SampleValue("ternmq_service_up", {"service": name},
+                                       1.0 if child["running"] else 0.0, "gauge",
+                                       "Whether the service process is running"))
+        return HTTPStatus.OK, render_prometheus(samples)
+
+    def metrics_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        return HTTPStatus.OK, [
+            {"name": s.name, "labels": s.labels, "value": s.value, "kind": s.kind}
+            for s in self.client.samples()
+        ]
+
+    def cluster_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        ok, _ = self._ready()
+        return HTTPStatus.OK, [{"node": self.config["nodename"], "running": ok}]
+
+    def session_show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        return HTTPStatus.OK, self.client.sessions(q.get("client_id", [""])[0])
+
+    def retain_show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        topic = q.get("topic", [None])[0]
+        payload = q.get("payload", ["0"])[0] in ("1", "true", "on")
+        return HTTPStatus.OK, self.client.retained(topic, payload)
+
+    def listener_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        from services.listener.config import tcp_listeners
+
+        running = self.client.status("listener").get("accepting", False)
+        return HTTPStatus.OK, [{
+            "type": "mqtt", "name": lst.name, "address": lst.host, "port": lst.port,
+            "mountpoint": lst.mountpoint, "status": "running" if running else "stopped",
+            "max_conns": lst.max_connections,
+            "protocols": ",".join(str(v) for v in sorted(lst.allowed_versions)),
+        } for lst in tcp_listeners(self.config)]
+
+    def show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        keys = q.get("key", [])
+        unknown = [k for k in keys if k not in self.config]
+        if unknown:
+            return HTTPStatus.NOT_FOUND, {"error": f"unknown keys: {', '.join(unknown)}"}
+        return HTTPStatus.OK, {k: self.config[k] for k in keys}
+
+    def plugin_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        return HTTPStatus.OK, [
+            {"plugin": key.split(".", 1)[1], "enabled": bool(value)}
+            for key, value in sorted(self.config.items()) if key.startswith("plugins.")
+        ]

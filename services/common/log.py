@@ -1,0 +1,224 @@
+"""Structured event logging: structlog for the API, a buffered JSON-lines writer underneath.
+
+Each service writes ``log_dir/<service>.jsonl`` (rotated to ``.1``, ``.2`` … by size)
+and, human-readable, to stderr. Every line carries the envelope of
+``services.common.events`` (``ts``, ``level``, ``node``, ``service``, ``event``,
+``schema``) plus the event's fields.
+
+Why buffered: the listener logs several events per QoS >= 1 message; one ``write(2)``
+per event would cost more than routing the message. Lines are gathered in memory and
+written when the buffer passes 64 KiB, when :func:`flush` is called (the listener does
+so before it writes to client sockets, so a client never sees a message whose event is
+not yet in the OS), and every 200 ms by a background thread. A process killed with
+SIGKILL therefore loses at most the lines of its last, unflushed batch.
+
+Hot paths call :func:`emit` directly: no structlog processor chain, one ``json.dumps``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from services.common.events import SCHEMA_VERSION
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+_FLUSH_BYTES = 64 * 1024
+_FLUSH_PERIOD = 0.2
+
+
+class JsonlWriter:
+    """Appends lines to a file, buffered, rotating by size (``path.1`` is the newest old file)."""
+
+    def __init__(self, path: Path, rotate_size: int, keep: int) -> None:
+        self.path = path
+        self.rotate_size = rotate_size
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._buf: list[str] = []
+        self._buffered = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    def write(self, line: str) -> None:
+        with self._lock:
+            self._buf.append(line)
+            self._buffered += len(line)
+            if self._buffered >= _FLUSH_BYTES:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        if self._buf:
+            with self._lock:
+                self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if not self._buf:
+            return
+        data = "".join(self._buf).encode("utf-8")
+        self._buf.clear()
+        self._buffered = 0
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self._size += len(data)
+        if self.rotate_size and self._size >= self.rotate_size:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        for i in range(self.keep - 1, 0, -1):
+            src = self.path.with_name(f"{self.path.name}.{i}")
+            if src.exists():
+                src.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
+        self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._flush_locked()
+            os.close(self._fd)
+            self._fd = -1
+
+
+class _State:
+    writer: JsonlWriter | None = None
+    node = ""
+    service = ""
+    level = 20
+    console = "on"
+    message_events = True
+    flusher: threading.Thread | None = None
+    stop = threading.Event()
+
+
+_state = _State()
+
+
+def now_iso() -> str:
+    """UTC ISO-8601 with microseconds and a ``Z`` suffix."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _line(level: str, event: str, fields: dict[str, Any]) -> str:
+    record: dict[str, Any] = {
+        "ts": now_iso(),
+        "level": level,
+        "node": _state.node,
+        "service": _state.service,
+        "event": event,
+        "schema": SCHEMA_VERSION,
+    }
+    record.update(fields)
+    return json.dumps(record, separators=(",", ":"), default=str) + "\n"
+
+
+def emit(event: str, level: str = "info", **fields: Any) -> None:
+    """Write one event line without structlog's processor chain (hot paths)."""
+    if _LEVELS[level] < _state.level:
+        return
+    line = _line(level, event, fields)
+    if _state.writer is not None:
+        _state.writer.write(line)
+    if _state.console == "json":
+        sys.stderr.write(line)
+    elif _state.console == "on" and _LEVELS[level] >= 20 and not event.startswith("message."):
+        sys.stderr.write(_human(level, event, fields))
+
+
+def message_events_enabled() -> bool:
+    return _state.message_events
+
+
+def set_level(level: str) -> None:
+    _state.level = _LEVELS[level]
+
+
+def set_message_events(enabled: bool) -> None:
+    _state.message_events = enabled
+
+
+def flush() -> None:
+    if _state.writer is not None:
+        _state.writer.flush()
+
+
+def _human(level: str, event: str, fields: dict[str, Any]) -> str:
+    kv = " ".join(f"{k}={v}" for k, v in fields.items())
+    return f"{now_iso()} [{level:<7}] {_state.service}: {event} {kv}\n"
+
+
+def _structlog_sink(_logger: Any, method: str, event_dict: dict[str, Any]) -> str:
+    level = "warning" if method == "warn" else method
+    if level == "exception":
+        level = "error"
+    event = str(event_dict.pop("event"))
+    emit(event, level, **event_dict)
+    raise structlog.DropEvent
+
+
+def setup(
+    service: str,
+    node: str,
+    log_dir: str | None,
+    level: str = "info",
+    console: str = "on",
+    message_events: bool = True,
+    rotate_size: int = 100 * 1024 * 1024,
+    rotate_keep: int = 10,
+) -> None:
+    """Configure logging for this process; call once at start-up."""
+    _state.node = node
+    _state.service = service
+    _state.level = _LEVELS[level]
+    _state.console = console
+    _state.message_events = message_events
+    if log_dir:
+        _state.writer = JsonlWriter(Path(log_dir) / f"{service}.jsonl", rotate_size, rotate_keep)
+        if _state.flusher is None:
+            _state.stop.clear()
+            _state.flusher = threading.Thread(target=_flush_loop, name="log-flush", daemon=True)
+            _state.flusher.start()
+        atexit.register(shutdown)
+    structlog.configure(
+        processors=[
+            structlog.processors.format_exc_info,
+            _structlog_sink,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_state.level),
+        cache_logger_on_first_use=True,
+    )
+
+
+def _flush_loop() -> None:
+    while not _state.stop.wait(_FLUSH_PERIOD):
+        try:
+            flush()
+        except OSError as exc:  # disk full: say so on stderr, keep serving
+            sys.stderr.write(f"ternmq: cannot write the event log: {exc}\n")
+
+
+def shutdown() -> None:
+    _state.stop.set()
+    if _state.writer is not None:
+        try:
+            _state.writer.close()
+        except OSError as exc:
+            sys.stderr.write(f"ternmq: cannot flush the event log: {exc}\n")
+        _state.writer = None
+
+
+def get_logger(**bound: Any) -> Any:
+    """A structlog logger; ``log.info("client.connected", client_id=...)``."""
+    return structlog.get_logger(**bound)

@@ -1,0 +1,62 @@
+"""The whole settings schema: node-wide keys declared here, service keys in each service.
+
+Order matters only for the rendered default conf: node keys first, then each service.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from services.common.config import Schema
+from services.common.settings import Setting
+
+NODE_SETTINGS: list[Setting] = [
+    Setting("nodename", "str", "ternmq@127.0.0.1",
+            "This node's name in the cluster; must be unique and stable across restarts."),
+    Setting("distributed_cookie", "str", "ternmq",
+            "Shared secret that cluster members present to each other."),
+    Setting("data_dir", "str", "./data",
+            "Directory for the message store, metadata and runtime sockets."),
+    Setting("log_dir", "str", "./data/log",
+            "Directory for the JSON-lines event logs (<service>.jsonl, rotated)."),
+    Setting("log.level", "enum", "info", "Lowest level written to the logs.",
+            choices=("debug", "info", "warning", "error"), runtime=True),
+    Setting("log.console", "enum", "on",
+            "Human-readable log on stderr: on, off, or json (the JSON lines there too).",
+            choices=("on", "off", "json")),
+    Setting("log.message_events", "bool", "on",
+            "Log message.published/delivered/acked/queued per QoS>=1 message "
+            "(what the ETL's delivery audit needs). Off saves CPU on busy nodes.",
+            runtime=True),
+    Setting("log.message_events_qos0", "bool", "off",
+            "Also log per-message events for QoS 0 messages (costly at high rates)."),
+    Setting("log.rotate_size", "size", "100MB", "Rotate a service's log file at this size."),
+    Setting("log.rotate_keep", "int", "10", "How many rotated log files to keep.", minimum=1),
+    Setting("listener.http.default", "address", "127.0.0.1:8888",
+            "HTTP endpoint for /health, /status, /metrics and the admin API ('off' disables)."),
+    Setting("registry.address", "address", "auto",
+            "gRPC address of this node's registry service (auto: a unix socket in data_dir)."),
+    Setting("gossip.address", "address", "auto",
+            "gRPC address of this node's gossip service (auto: a unix socket in data_dir)."),
+    Setting("msgstore.address", "address", "auto",
+            "gRPC address of this node's msgstore service (auto: a unix socket in data_dir)."),
+    Setting("listener.admin_address", "address", "auto",
+            "gRPC address of the listener's admin service (auto: a unix socket in data_dir)."),
+    Setting("supervisor.max_restarts", "int", "10",
+            "A child restarted this many times within supervisor.restart_window stops the node.",
+            minimum=1),
+    Setting("supervisor.restart_window", "duration", "60s",
+            "Window over which child restarts are counted."),
+    Setting("supervisor.shutdown_timeout", "duration", "8s",
+            "After SIGTERM, children still running after this are killed."),
+]
+
+
+@cache
+def schema() -> Schema:
+    from services.gossip.config import SETTINGS as GOSSIP
+    from services.listener.config import SETTINGS as LISTENER
+    from services.msgstore.config import SETTINGS as MSGSTORE
+    from services.registry.config import SETTINGS as REGISTRY
+
+    return Schema([*NODE_SETTINGS, *LISTENER, *REGISTRY, *GOSSIP, *MSGSTORE])

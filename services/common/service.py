@@ -1,0 +1,66 @@
+"""Running one service process: logging, uvloop, signals, graceful stop.
+
+Every service's ``server.serve(config, stop)`` is an async function that starts serving,
+waits for ``stop`` and shuts down within ``supervisor.shutdown_timeout``. This module
+is the one place that turns SIGTERM/SIGINT into ``stop`` and an exception into an exit
+status with a logged reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+import uvloop
+
+from services.common import log
+from services.common.config import Config
+
+Serve = Callable[[Config, asyncio.Event], Awaitable[None]]
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_FAILED = 1
+
+
+def setup_logging(service: str, config: Config) -> None:
+    log.setup(
+        service=service,
+        node=config["nodename"],
+        log_dir=config["log_dir"],
+        level=config["log.level"],
+        console=config["log.console"],
+        message_events=config["log.message_events"],
+        rotate_size=config["log.rotate_size"],
+        rotate_keep=config["log.rotate_keep"],
+    )
+
+
+def run(service: str, config: Config, serve: Serve) -> int:
+    """Run ``serve`` until SIGTERM/SIGINT; return the process exit status."""
+    setup_logging(service, config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(config, stop)
+
+    try:
+        uvloop.run(main())
+    except OSError as exc:
+        log.emit("service.stopping", "error", reason=f"{type(exc).__name__}: {exc}")
+        log.shutdown()
+        print(f"ternmq {service}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    log.emit("service.stopping", reason="signal")
+    log.shutdown()
+    return EXIT_OK
+
+
+def started(address: str) -> None:
+    log.emit("service.started", address=address, pid=os.getpid())

@@ -1,0 +1,1 @@
+"""Storage engines for the metadata store: the interface, LMDB, and an in-memory twin."""

@@ -1,0 +1,423 @@
+"""The listener's node-local broker: who is online here, where a publish goes, and the
+round trips a session asks for (registry, gossip, msgstore).
+
+Theory of operation
+-------------------
+* ``sessions`` maps a session key ``(mountpoint, client_id)`` to its live
+  :class:`~services.listener.connection.Connection` on this process.
+* The subscription trie and the retained store are local replicas of gossip's ``subs``
+  and ``retain`` prefixes, fed by the Watch stream (``meta.py``). A session online here
+  is authoritative for its own subscriptions: gossip echoes for it are ignored, so a
+  subscribe/unsubscribe race cannot resurrect a removed filter.
+* A publish is matched locally. Each target gets an :class:`OutboundMessage`:
+  - online, non-persistent session, or QoS 0: delivered directly;
+  - persistent session (online or not) and QoS >= 1, or any offline session: appended to
+    its msgstore queue first; an online session receives it when the append is durable,
+    carrying its ``seq`` (stable packet id, resumable after a crash).
+  The publisher's PUBACK/PUBREC waits for every such append (invariant I1). A failed
+  append answers 0x80 (v5) or closes a v3/v4 publisher without an ack so it resends.
+* A persistent session that reconnects is registered, its queue is read from
+  ``acked + 1`` and replayed before live traffic; live queued deliveries that arrive
+  meanwhile are buffered by the connection and deduplicated by ``seq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from services.common import log
+from services.common.metrics import Registry
+from services.listener import convert
+from services.listener.mqtt.types import ReasonCode, Will
+from services.listener.routing.model import SubOptions, SubscriberId
+from services.listener.routing.retained import RetainedStore
+from services.listener.routing.shared import SharedPicker, SharedPolicy
+from services.listener.routing.trie import SubscriptionTrie
+from services.listener.session.actions import (
+    Ended,
+    Register,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+from services.listener.session.messages import Message, OutboundMessage
+from services.listener.store_client import StoreClient, StoreUnavailable
+from services.pb import common_pb2, gossip_pb2, gossip_pb2_grpc, msgstore_pb2, registry_pb2
+from services.pb import registry_pb2_grpc
+
+if TYPE_CHECKING:
+    from services.listener.connection import Connection
+
+_NEVER = 0xFFFFFFFF
+
+
+class Broker:
+    def __init__(
+        self,
+        config: Any,
+        listener_id: str,
+        store: StoreClient,
+        registry: registry_pb2_grpc.RegistryStub,
+        gossip: gossip_pb2_grpc.GossipStub,
+        metrics: Registry,
+    ) -> None:
+        self.config = config
+        self.node: str = config["nodename"]
+        self.listener_id = listener_id
+        self.store = store
+        self.registry = registry
+        self.gossip = gossip
+        self.sessions: dict[SubscriberId, Connection] = {}
+        self.trie = SubscriptionTrie()
+        self.retained: RetainedStore[Message] = RetainedStore()
+        self.picker = SharedPicker(SharedPolicy(config["shared_subscription_policy"]),
+                                   self.node, random.Random())
+        self.upgrade_qos: bool = config["upgrade_outgoing_qos"]
+        self._wills: dict[SubscriberId, asyncio.TimerHandle] = {}
+        self._ids = itertools.count(1)
+        self._id_prefix = f"{self.node.split('@')[0]}-{int(time.time() * 1000) % 10**10:x}-"
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.accepting = False
+        m = metrics
+        self.m_published = m.counter("messages_published_total", "PUBLISHes accepted", ["qos"])
+        self.m_delivered = m.counter("messages_delivered_total", "PUBLISHes sent", ["qos"])
+        self.m_dropped = m.counter("messages_dropped_total", "Deliveries dropped", ["reason"])
+        self.m_queued = m.counter("messages_queued_total", "Appends to session queues")
+        self.m_store_errors = m.counter("store_errors_total", "Failed queue appends")
+        m.gauge("sessions_online", "Sessions connected to this listener",
+                fn=lambda: len(self.sessions))
+        m.gauge("subscriptions", "Subscriptions in the routing table", fn=lambda: len(self.trie))
+        m.gauge("retained_messages", "Retained messages", fn=lambda: len(self.retained))
+
+    # -- helpers -------------------------------------------------------------------
+    def next_msg_id(self) -> str:
+        return f"{self._id_prefix}{next(self._ids):x}"
+
+    def spawn(self, coro: Awaitable[Any], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.emit("rpc.failed", "error", target="listener", method=task.get_name(),
+                     code=type(exc).__name__, reason=str(exc))
+
+    def is_online(self, sid: SubscriberId) -> bool:
+        return sid in self.sessions
+
+    # -- registration ----------------------------------------------------------------
+    async def register(self, conn: Connection, req: Register) -> None:
+        sid = (req.mountpoint, req.client_id)
+        connect = req.connect
+        try:
+            reply = await self.registry.Register(registry_pb2.RegisterRequest(
+                key=common_pb2.SessionKey(mountpoint=req.mountpoint, client_id=req.client_id),
+                node=self.node, listener_id=self.listener_id, clean_start=req.clean_start,
+                session_expiry=req.session_expiry, proto_ver=connect.protocol_version,
+                peer=conn.peer, username=connect.username or "",
+                max_offline_messages=max(self.config["max_offline_messages"], 0),
+            ), timeout=15)
+        except grpc.aio.AioRpcError as exc:
+            log.emit("rpc.failed", "warning", target="registry", method="Register",
+                     code=exc.code().name, reason=str(exc.details()))
+            conn.registered(False, 0, False, False, ReasonCode.SERVER_UNAVAILABLE)
+            return
+        if not reply.ok:
+            conn.registered(False, 0, False, False,
+                            reply.reason_code or ReasonCode.SERVER_UNAVAILABLE)
+            return
+        if conn.closed:  # the client went away while we waited: report it gone at once
+            self.spawn(self._report_ended(sid, reply.epoch, req.session_expiry, "closed", False),
+                       "disconnected")
+            return
+        old = self.sessions.get(sid)
+        if old is not None and old is not conn:
+            old.takeover()  # the registry's command may still be on its way
+        will = self._wills.pop(sid, None)
+        if will is not None:
+            will.cancel()
+        if not reply.session_present:
+            self.trie.remove_all(sid)
+        self.sessions[sid] = conn
+        resuming = reply.persistent and reply.session_present
+        conn.resuming = resuming
+        conn.registered(True, reply.epoch, reply.session_present, reply.persistent, 0)
+        if resuming:
+            await self._resume(conn, sid, reply.epoch)
+
+    async def _resume(self, conn: Connection, sid: SubscriberId, epoch: int) -> None:
+        queued: list[OutboundMessage] = []
+        after = 0
+        inbound: list[int] = []
+        pubrel: list[int] = []
+        try:
+            first = True
+            while True:
+                reply = await self.store.read(sid[0], sid[1], epoch,
+                                              after if not first else 0, 1000)
+                state = reply.state
+                if first:
+                    inbound = list(state.inbound_qos2)
+                    pubrel = list(state.outbound_pubrel)
+                    first = False
+                for entry in reply.entries:
+                    queued.append(convert.delivery_from_pb(
+                        entry.delivery, entry.seq, entry.seq <= state.delivered_upto))
+                    after = entry.seq
+                if len(reply.entries) < 1000:
+                    break
+        except grpc.aio.AioRpcError as exc:
+            log.emit("rpc.failed", "error", target="msgstore", method="Read",
+                     code=exc.code().name, reason=str(exc.details()))
+            conn.fail(ReasonCode.SERVER_UNAVAILABLE, "queue unreadable")
+            return
+        conn.resume(queued, inbound, pubrel)
+
+    async def ended(self, conn: Connection, action: Ended) -> None:
+        sid = conn.sid
+        if sid is None or conn.epoch == 0:
+            return
+        if self.sessions.get(sid) is conn:
+            del self.sessions[sid]
+            if not conn.persistent:
+                self.trie.remove_all(sid)
+        await self.store.flush()  # acks and marks of this connection are durable first
+        await self._report_ended(sid, conn.epoch, action.session_expiry, action.reason,
+                                 action.taken_over)
+
+    async def _report_ended(self, sid: SubscriberId, epoch: int, expiry: int, reason: str,
+                            taken_over: bool) -> None:
+        try:
+            await self.registry.Disconnected(registry_pb2.DisconnectedRequest(
+                key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]), epoch=epoch,
+                listener_id=self.listener_id, session_expiry=expiry, reason=reason,
+                taken_over=taken_over), timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            log.emit("rpc.failed", "warning", target="registry", method="Disconnected",
+                     code=exc.code().name, reason=str(exc.details()))
+
+    def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
+        conn = self.sessions.get((key.mountpoint, key.client_id))
+        if conn is not None and conn.epoch == old_epoch:
+            conn.takeover()
+
+    # -- publish ---------------------------------------------------------------------
+    def route(self, msg: Message, conn: Connection | None, token: int | None) -> None:
+        """Deliver ``msg`` to every matching session; answer ``conn`` when durable."""
+        self.m_published.labels(str(msg.qos)).inc()
+        waits: list[asyncio.Future[Any]] = []
+        if msg.retain:
+            self._update_retained(msg, waits if msg.qos else None)
+        result = self.trie.match(msg.mountpoint, msg.topic, (msg.mountpoint, msg.publisher))
+        for m in result.normal:
+            self._deliver_to(m.sid, m.qos, m.retain_as_published, m.sub_ids, msg, waits)
+        for group in result.shared:
+            member = self.picker.pick(group, self.is_online)
+            if member is None:
+                self._drop_msg(msg, group.share_filter, "no_shared_member")
+                continue
+            opts = member.opts
+            sub_ids = (opts.sub_id,) if opts.sub_id else ()
+            self._deliver_to(member.sid, opts.qos, opts.retain_as_published, sub_ids, msg, waits)
+        if token is None or conn is None:
+            return
+        matched = bool(result.normal or result.shared)
+        code = ReasonCode.SUCCESS if matched else ReasonCode.NO_MATCHING_SUBSCRIBERS
+        if not waits:
+            conn.routed(token, code)
+            return
+        gathered = asyncio.gather(*waits, return_exceptions=True)
+        gathered.add_done_callback(lambda f: self._routed(conn, token, code, f))
+
+    def _routed(self, conn: Connection, token: int, code: int,
+                fut: asyncio.Future[list[Any]]) -> None:
+        failed = [r for r in fut.result() if isinstance(r, BaseException)]
+        if failed:
+            self.m_store_errors.inc(len(failed))
+            log.emit("store.error", "error", op="append", reason=str(failed[0]))
+            conn.routed(token, ReasonCode.UNSPECIFIED_ERROR)
+        else:
+            conn.routed(token, code)
+
+    def _deliver_to(self, sid: SubscriberId, sub_qos: int, rap: bool, sub_ids: tuple[int, ...],
+                    msg: Message, waits: list[asyncio.Future[Any]]) -> None:
+        qos = sub_qos if self.upgrade_qos else min(msg.qos, sub_qos)
+        out = OutboundMessage(msg, qos, msg.retain and rap, sub_ids)
+        conn = self.sessions.get(sid)
+        if conn is not None and (qos == 0 or not conn.persistent):
+            conn.deliver(out)
+            return
+        fut = self.store.append(sid[0], sid[1], 0, convert.delivery_to_pb(out, self.node))
+        self.m_queued.inc()
+        fut.add_done_callback(lambda f: self._appended(sid, conn, out, f))
+        if msg.qos:
+            waits.append(fut)
+
+    def _appended(self, sid: SubscriberId, conn: Connection | None, out: OutboundMessage,
+                  fut: asyncio.Future[msgstore_pb2.AppendResult]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            if not isinstance(exc, StoreUnavailable):
+                raise exc
+            return
+        res = fut.result()
+        if res.status == msgstore_pb2.APPEND_OK:
+            if conn is not None and self.sessions.get(sid) is conn:
+                conn.deliver(OutboundMessage(out.message, out.qos, out.retain, out.sub_ids,
+                                             res.seq))
+        elif res.status == msgstore_pb2.APPEND_QUEUE_FULL:
+            self.dropped(sid[1], out, "queue_full")
+        elif res.status == msgstore_pb2.APPEND_STORE_ERROR:
+            self.dropped(sid[1], out, "store_error")
+        # APPEND_NO_QUEUE: an offline, non-persistent session not yet cleaned up: nothing lost.
+
+    def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None:
+        self.m_dropped.labels(reason).inc()
+        msg = out.message
+        if out.qos or log.message_events_enabled():
+            log.emit("message.dropped", "info", msg_id=msg.msg_id, client_id=client_id,
+                     topic=msg.topic, qos=out.qos, reason=reason)
+
+    def _drop_msg(self, msg: Message, target: str, reason: str) -> None:
+        self.m_dropped.labels(reason).inc()
+        log.emit("message.dropped", "info", msg_id=msg.msg_id, client_id=target,
+                 topic=msg.topic, qos=msg.qos, reason=reason)
+
+    # -- retained --------------------------------------------------------------------
+    def _update_retained(self, msg: Message, waits: list[asyncio.Future[Any]] | None) -> None:
+        key = convert.meta_key(msg.mountpoint, msg.topic)
+        if msg.payload:
+            self.retained.set(msg.mountpoint, msg.topic, msg)
+            op = gossip_pb2.MetaOp(prefix="retain", key=key,
+                                   value=convert.message_to_pb(msg, self.node).SerializeToString())
+        else:
+            self.retained.clear(msg.mountpoint, msg.topic)
+            op = gossip_pb2.MetaOp(prefix="retain", key=key, delete=True)
+        log.emit("retain.updated", topic=msg.topic, size=len(msg.payload),
+                 cleared=not msg.payload)
+        fut = asyncio.ensure_future(self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10))
+        if waits is not None:
+            waits.append(fut)
+        else:
+            fut.add_done_callback(_log_put_failure)
+
+    # -- subscriptions ---------------------------------------------------------------
+    async def subscribe(self, conn: Connection, req: SubscribeRequest) -> None:
+        sid = conn.sid
+        assert sid is not None
+        codes: list[int] = []
+        fresh: list[bool] = []
+        for sub in req.subscriptions:
+            opts = SubOptions(sub.qos, sub.no_local, sub.retain_as_published,
+                              sub.retain_handling, req.sub_id, self.node)
+            fresh.append(self.trie.add(sid, sub.topic_filter, opts))
+            codes.append(sub.qos)
+        if not await self._put_subs(sid):
+            codes = [ReasonCode.UNSPECIFIED_ERROR] * len(codes)
+        conn.subscribed(req.packet_id, codes)
+        if codes and codes[0] >= 0x80:
+            return
+        sub_ids = (req.sub_id,) if req.sub_id else ()
+        for sub, is_new in zip(req.subscriptions, fresh, strict=True):
+            if sub.topic_filter.startswith("$share/"):
+                continue  # [MQTT-3.8.4-? v5]: no retained messages for shared subscriptions
+            if sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
+                continue
+            for _topic, msg in self.retained.match(sid[0], sub.topic_filter):
+                qos = sub.qos if self.upgrade_qos else min(msg.qos, sub.qos)
+                conn.deliver(OutboundMessage(msg, qos, True, sub_ids))
+
+    async def unsubscribe(self, conn: Connection, req: UnsubscribeRequest) -> None:
+        sid = conn.sid
+        assert sid is not None
+        codes = [ReasonCode.SUCCESS if self.trie.remove(sid, f)
+                 else ReasonCode.NO_SUBSCRIPTION_EXISTED for f in req.topic_filters]
+        if not await self._put_subs(sid):
+            codes = [ReasonCode.UNSPECIFIED_ERROR] * len(codes)
+        conn.unsubscribed(req.packet_id, codes)
+
+    async def _put_subs(self, sid: SubscriberId) -> bool:
+        subs = self.trie.subscriptions_of(sid)
+        key = convert.meta_key(*sid)
+        op = (gossip_pb2.MetaOp(prefix="subs", key=key, value=convert.subs_to_pb(self.node, subs))
+              if subs else gossip_pb2.MetaOp(prefix="subs", key=key, delete=True))
+        try:
+            await self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            log.emit("rpc.failed", "error", target="gossip", method="Put",
+                     code=exc.code().name, reason=str(exc.details()))
+            return False
+        return True
+
+    # -- gossip replica --------------------------------------------------------------
+    def apply_meta(self, update: gossip_pb2.MetaUpdate) -> None:
+        mountpoint, name = convert.split_meta_key(update.key)
+        if update.prefix == "subs":
+            sid = (mountpoint, name)
+            if sid in self.sessions:
+                return  # online here: this process is authoritative for it
+            self.trie.remove_all(sid)
+            if not update.deleted:
+                for topic_filter, opts in convert.subs_from_pb(update.value).items():
+                    self.trie.add(sid, topic_filter, opts)
+        elif update.prefix == "retain":
+            if update.deleted:
+                self.retained.clear(mountpoint, name)
+            else:
+                pb = common_pb2.MqttMessage.FromString(update.value)
+                self.retained.set(mountpoint, name, convert.message_from_pb(pb))
+
+    # -- wills -----------------------------------------------------------------------
+    def publish_will(self, conn: Connection, will: Will, delay: int) -> None:
+        sid = conn.sid
+        if sid is None:
+            return
+        now = time.time()
+        props = will.properties
+        expiry = props.message_expiry_interval
+        msg = Message(self.next_msg_id(), will.topic, will.payload, will.qos, will.retain,
+                      sid[1], sid[0], now, now + expiry if expiry else None,
+                      convert.forwarded(props))
+        if delay <= 0:
+            self.route(msg, None, None)
+            return
+        loop = asyncio.get_running_loop()
+        old = self._wills.pop(sid, None)
+        if old is not None:
+            old.cancel()
+        self._wills[sid] = loop.call_later(delay, self._fire_will, sid, msg)
+
+    def _fire_will(self, sid: SubscriberId, msg: Message) -> None:
+        self._wills.pop(sid, None)
+        self.route(msg, None, None)
+
+    async def shutdown(self) -> None:
+        for conn in list(self.sessions.values()):
+            conn.shutdown()
+        for handle in self._wills.values():
+            handle.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5)
+
+
+def _log_put_failure(fut: asyncio.Future[Any]) -> None:
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if isinstance(exc, grpc.aio.AioRpcError):
+        log.emit("rpc.failed", "error", target="gossip", method="Put", code=exc.code().name,
+                 reason=str(exc.details()))
+    elif exc is not None:
+        raise exc

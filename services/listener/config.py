@@ -1,0 +1,165 @@
+"""Settings of the listener service, under VerneMQ's ``vernemq.conf`` names.
+
+``listener.tcp.NAME = host:port`` declares a TCP listener (``default`` exists unless set
+to ``off``); per-listener options are ``listener.tcp.NAME.OPTION``, falling back to the
+``listener.tcp.OPTION`` value, then to ``listener.OPTION``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.settings import Setting
+
+UNLIMITED = 0
+
+SETTINGS: list[Setting] = [
+    # -- listeners -------------------------------------------------------------------
+    Setting("listener.tcp.default", "address", "127.0.0.1:1883",
+            "The default MQTT TCP listener ('off' to disable)."),
+    Setting("listener.tcp.*", "address", "", "More TCP listeners: listener.tcp.NAME = host:port."),
+    Setting("listener.tcp.allowed_protocol_versions", "list", "3,4,5",
+            "MQTT protocol levels accepted on TCP listeners: 3 = 3.1, 4 = 3.1.1, 5 = 5.0."),
+    Setting("listener.tcp.*.allowed_protocol_versions", "list", "3,4,5",
+            "Per-listener protocol levels."),
+    Setting("listener.mountpoint", "str", "",
+            "Mountpoint (topic namespace) for listeners that set none. Empty = none."),
+    Setting("listener.tcp.*.mountpoint", "str", "", "Per-listener mountpoint."),
+    Setting("listener.max_connections", "int", "0",
+            "Most concurrent connections per listener (0 = unlimited).", minimum=0),
+    Setting("listener.tcp.*.max_connections", "int", "0", "Per-listener connection limit.",
+            minimum=0),
+    Setting("listener.tcp.proxy_protocol", "bool", "off",
+            "Expect a PROXY protocol v1/v2 header on TCP connections."),
+    Setting("listener.tcp.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
+    Setting("listener.tcp.buffer_sizes", "size", "0",
+            "Socket send/receive buffer size (0 = OS default)."),
+    Setting("listener.reuse_port", "bool", "on",
+            "Bind with SO_REUSEPORT so several listener processes can share a port."),
+    # -- authentication ----------------------------------------------------------------
+    Setting("allow_anonymous", "bool", "on",
+            "Accept clients without a username. With off, a password file must list them."),
+    Setting("plugins.ternmq_passwd", "bool", "off", "Check usernames against a password file."),
+    Setting("ternmq_passwd.password_file", "str", "./ternmq.passwd",
+            "Password file written by ternmq-passwd."),
+    Setting("plugins.ternmq_acl", "bool", "off", "Check topics against an ACL file."),
+    Setting("ternmq_acl.acl_file", "str", "./ternmq.acl", "ACL file (VerneMQ's vmq_acl syntax)."),
+    # -- session limits --------------------------------------------------------------
+    Setting("max_client_id_size", "int", "100",
+            "Longest client id accepted (bytes); longer ones get 0x85 / return code 2.",
+            minimum=1, maximum=65535),
+    Setting("allow_empty_client_id", "bool", "on",
+            "Assign an id to clients that send an empty one (3.1.1 needs clean session)."),
+    Setting("max_message_size", "size", "0",
+            "Largest PUBLISH payload accepted (bytes, 0 = unlimited); bigger ones are refused "
+            "and the connection closed (v5: 0x95).", runtime=True),
+    Setting("max_packet_size", "size", "268435455",
+            "Largest MQTT packet accepted on a connection (v5 Maximum Packet Size).",
+            minimum=16, maximum=268435455),
+    Setting("max_inflight_messages", "int", "20",
+            "Unacknowledged QoS 1/2 messages per session towards a client (0 = unlimited).",
+            minimum=0, maximum=65535, runtime=True),
+    Setting("receive_max_broker", "int", "100",
+            "MQTT 5 Receive Maximum the broker announces to clients.", minimum=1,
+            maximum=65535),
+    Setting("max_online_messages", "int", "1000",
+            "Messages buffered for an online session beyond the inflight window before new "
+            "ones are dropped (-1 = unlimited).", minimum=-1, runtime=True),
+    Setting("max_offline_messages", "int", "1000",
+            "Messages kept for an offline persistent session before new ones are dropped "
+            "(-1 = unlimited).", minimum=-1, runtime=True),
+    Setting("retry_interval", "duration", "20s",
+            "Resend an unacknowledged QoS 1/2 message after this long (DUP set).",
+            runtime=True),
+    Setting("persistent_client_expiration", "duration", "never",
+            "Delete offline persistent 3.1/3.1.1 sessions after this long (never = keep)."),
+    Setting("max_session_expiry_interval", "duration", "never",
+            "Cap on the MQTT 5 session expiry a client may ask for."),
+    Setting("queue_deliver_mode", "enum", "fanout",
+            "With allow_multiple_sessions: fanout delivers to every session, balance to one.",
+            choices=("fanout", "balance")),
+    Setting("allow_multiple_sessions", "bool", "off",
+            "Not supported: a client id always has one live session (takeover)."),
+    Setting("keepalive_factor", "float", "1.5",
+            "A client silent for keepalive × this factor is disconnected.", minimum=1.0),
+    Setting("max_keepalive", "int", "65535",
+            "Largest keepalive accepted; MQTT 5 clients above it get Server Keep Alive.",
+            minimum=0, maximum=65535),
+    Setting("connect_timeout", "duration", "10s",
+            "A connection that sends no complete CONNECT within this is closed."),
+    Setting("upgrade_outgoing_qos", "bool", "off",
+            "Deliver with the subscription's QoS even when the publish QoS is lower."),
+    Setting("topic_alias_max_client", "int", "100",
+            "MQTT 5 Topic Alias Maximum the broker accepts from clients (0 = none).",
+            minimum=0, maximum=65535),
+    Setting("topic_alias_max_broker", "int", "100",
+            "Most topic aliases the broker uses towards a client (bounded by the client's).",
+            minimum=0, maximum=65535),
+    Setting("shared_subscription_policy", "enum", "prefer_local",
+            "Which member of a shared subscription group receives a message.",
+            choices=("prefer_local", "local_only", "random", "round_robin"), runtime=True),
+    Setting("retain_available", "bool", "on", "Accept retained messages."),
+    Setting("wildcard_subscription_available", "bool", "on", "Accept + and # in filters."),
+    Setting("shared_subscription_available", "bool", "on", "Accept $share subscriptions."),
+    Setting("max_qos", "int", "2", "Highest QoS accepted from publishers.", minimum=0,
+            maximum=2),
+    Setting("max_pending_bytes", "size", "4MB",
+            "Bytes written to a client's socket but not yet sent before the broker stops "
+            "reading its own queue for it (slow consumer protection).", minimum=65536),
+    # -- netsplits (effective in a cluster) -----------------------------------------
+    Setting("allow_register_during_netsplit", "bool", "off",
+            "Accept CONNECT on the minority side of a partition."),
+    Setting("allow_publish_during_netsplit", "bool", "off",
+            "Accept PUBLISH on the minority side of a partition."),
+    Setting("allow_subscribe_during_netsplit", "bool", "off",
+            "Accept SUBSCRIBE on the minority side of a partition."),
+    Setting("allow_unsubscribe_during_netsplit", "bool", "off",
+            "Accept UNSUBSCRIBE on the minority side of a partition."),
+    # -- $SYS --------------------------------------------------------------------------
+    Setting("systree_enabled", "bool", "on", "Publish broker metrics under $SYS/<node>/."),
+    Setting("systree_interval", "duration", "20s", "How often $SYS topics are published."),
+]
+
+_OPTION_NAMES = {"allowed_protocol_versions", "mountpoint", "max_connections", "proxy_protocol",
+                 "buffer_sizes"}
+
+
+@dataclass(frozen=True, slots=True)
+class TcpListener:
+    name: str
+    host: str
+    port: int
+    mountpoint: str
+    allowed_versions: frozenset[int]
+    max_connections: int
+    proxy_protocol: bool
+
+
+def tcp_listeners(config: Any) -> list[TcpListener]:
+    """The configured TCP listeners with their options resolved."""
+    out = []
+    for key, value in sorted(config.matching("listener.tcp.*").items()):
+        name = key.split(".")[2]
+        if name in _OPTION_NAMES or value in ("off", ""):
+            continue
+        host, _, port = value.rpartition(":")
+
+        def opt(option: str, name: str = name) -> Any:
+            specific = config.explicit().get(f"listener.tcp.{name}.{option}")
+            if specific is not None:
+                return specific
+            if option in ("mountpoint", "max_connections"):
+                return config[f"listener.{option}"]
+            return config[f"listener.tcp.{option}"]
+
+        out.append(TcpListener(
+            name=name,
+            host=host.strip("[]"),
+            port=int(port),
+            mountpoint=opt("mountpoint"),
+            allowed_versions=frozenset(int(v) for v in opt("allowed_protocol_versions")),
+            max_connections=opt("max_connections"),
+            proxy_protocol=opt("proxy_protocol"),
+        ))
+    return out

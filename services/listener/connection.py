@@ -1,0 +1,378 @@
+"""One MQTT connection: bytes in through the decoder, actions out of the session.
+
+The protocol object is the only place where a session meets a socket, a clock and the
+broker. ``data_received`` feeds the sans-IO decoder, hands each packet to the session
+and executes the returned actions through a dispatch table. Writes are gathered and
+sent once per event-loop turn (``_schedule_flush``): a publisher's burst that fans out
+to this subscriber becomes one ``write`` instead of one per message.
+
+Flow control: the transport's write buffer high-water mark is ``max_pending_bytes``;
+above it ``pause_writing`` marks the session congested (it queues, bounded, instead of
+writing) and ``resume_writing`` lets it drain — a client that never reads cannot make
+the broker's memory grow without bound.
+
+Timers are lazy: a ``SetTimer`` that moves a deadline later (the keepalive, on every
+packet) only records the new deadline; the pending handle re-arms itself when it fires
+early. That keeps per-packet timer cost to an attribute store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from services.common import log
+from services.listener.mqtt.decoder import Decoder
+from services.listener.mqtt.encoder import encode
+from services.listener.mqtt.errors import MQTTError
+from services.listener.mqtt.types import Disconnect, Publish
+from services.listener.session.actions import (
+    Acked,
+    Action,
+    CancelTimer,
+    Close,
+    Dropped,
+    Ended,
+    LogEvent,
+    PublishWill,
+    Register,
+    Route,
+    Send,
+    SendPublish,
+    SetTimer,
+    StoreMark,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+from services.listener.session.core import Session, SessionState
+from services.listener.session.messages import OutboundMessage
+
+if TYPE_CHECKING:
+    from services.listener.broker import Broker
+    from services.listener.config import TcpListener
+    from services.listener.server import ListenerMetrics
+    from services.listener.session.limits import SessionLimits
+
+_PACKET_NAMES = {
+    cls: cls.__name__.lower()
+    for cls in (Publish, Disconnect)
+}
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: Broker, listener: TcpListener, limits: SessionLimits,
+                 authorizer: Any, metrics: ListenerMetrics) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.limits = limits
+        self.authorizer = authorizer
+        self.metrics = metrics
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.session: Session | None = None
+        self.decoder = Decoder(limits.max_packet_size)
+        self.sid: tuple[str, str] | None = None
+        self.epoch = 0
+        self.persistent = False
+        self.closed = False
+        self.resuming = False
+        self._resume_buffer: list[OutboundMessage] = []
+        self._wbuf: list[bytes] = []
+        self._flush_scheduled = False
+        self._timers: dict[str, list[Any]] = {}
+        self._connected_at = time.time()
+        self._loop = asyncio.get_running_loop()
+        self._ended = False
+        self._dispatch: dict[type, Callable[[Any], None]] = {
+            Send: self._send,
+            SendPublish: self._send_publish,
+            Close: self._close,
+            Register: self._register,
+            Route: self._route,
+            SubscribeRequest: self._subscribe,
+            UnsubscribeRequest: self._unsubscribe,
+            Acked: self._acked,
+            StoreMark: self._store_mark,
+            Dropped: self._dropped,
+            PublishWill: self._publish_will,
+            SetTimer: self._set_timer,
+            CancelTimer: self._cancel_timer,
+            Ended: self._ended_action,
+            LogEvent: self._log_event,
+        }
+
+    # -- asyncio protocol ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=self.limits_pending())
+        self.metrics.connections.inc()
+        self.session = Session(self.limits, self.authorizer, self.peer,
+                               self.broker.next_msg_id, time.time())
+        self.execute(self.session.start(time.time()))
+
+    def limits_pending(self) -> int:
+        return int(self.broker.config["max_pending_bytes"])
+
+    def data_received(self, data: bytes) -> None:
+        session = self.session
+        if session is None or self.closed:
+            return
+        now = time.time()
+        self.metrics.bytes_in.inc(len(data))
+        try:
+            packets = self.decoder.feed(data)
+        except MQTTError as exc:
+            self.metrics.protocol_errors.inc()
+            log.emit("protocol.error", "warning", client_id=session.client_id or "",
+                     peer=self.peer, reason=str(exc), reason_code=int(exc.reason_code))
+            self.execute(session.handle_protocol_error(exc, now))
+            return
+        for pkt in packets:
+            self.metrics.packets_in.labels(type(pkt).__name__.upper()).inc()
+            self.execute(session.handle_packet(pkt, now))
+            if self.closed:
+                break
+
+    def eof_received(self) -> bool | None:
+        return False  # close the transport; connection_lost does the rest
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.metrics.connections.inc(-1)
+        for entry in self._timers.values():
+            entry[0].cancel()
+        self._timers.clear()
+        was_closed = self.closed
+        self.closed = True
+        if self.session is not None and self.session.state is not SessionState.CLOSED:
+            self.execute(self.session.handle_connection_lost(time.time()))
+        if not self._ended and self.sid is not None and self.epoch:
+            # the session closed itself without an Ended (e.g. protocol error after CONNACK)
+            self._ended_action(Ended("closed", self.session.session_expiry if self.session
+                                     else 0))
+        if not was_closed and self.sid is not None:
+            log.emit("client.disconnected", client_id=self.sid[1], mountpoint=self.sid[0],
+                     peer=self.peer, reason="connection_lost" if exc is None else str(exc),
+                     reason_code=0, duration_s=round(time.time() - self._connected_at, 3))
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.execute(self.session.set_congested(True, time.time()))
+
+    def resume_writing(self) -> None:
+        if self.session is not None:
+            self.execute(self.session.set_congested(False, time.time()))
+
+    # -- called by the broker ----------------------------------------------------------
+    def deliver(self, out: OutboundMessage) -> None:
+        if self.closed or self.session is None:
+            return
+        if self.resuming and out.seq is not None:
+            self._resume_buffer.append(out)
+            return
+        self.execute(self.session.deliver(out, time.time()))
+
+    def registered(self, ok: bool, epoch: int, session_present: bool, persistent: bool,
+                   reason_code: int) -> None:
+        if self.session is None:
+            return
+        if ok:
+            self.epoch = epoch
+            self.persistent = persistent
+        actions = self.session.handle_registered(ok, epoch, session_present, persistent,
+                                                 reason_code, time.time())
+        if ok and self.sid is not None:
+            s = self.session
+            log.emit("client.connected", client_id=self.sid[1], mountpoint=self.sid[0],
+                     peer=self.peer, proto_ver=s.protocol_version, clean_start=s.clean_start,
+                     session_present=session_present, keepalive=s.keepalive,
+                     session_expiry=s.session_expiry, username=s.username or "",
+                     listener=self.listener.name)
+        elif self.sid is not None:
+            log.emit("client.rejected", "warning", client_id=self.sid[1], peer=self.peer,
+                     reason="registry", reason_code=reason_code,
+                     proto_ver=self.session.protocol_version)
+        self.execute(actions)
+
+    def resume(self, queued: Sequence[OutboundMessage], inbound: Sequence[int],
+               pubrel: Sequence[int]) -> None:
+        if self.session is None or self.closed:
+            return
+        last = queued[-1].seq if queued else 0
+        buffered = [o for o in self._resume_buffer if o.seq is not None and o.seq > (last or 0)]
+        self._resume_buffer = []
+        self.resuming = False
+        now = time.time()
+        self.execute(self.session.resume(queued, inbound, pubrel, now))
+        for out in buffered:
+            self.execute(self.session.deliver(out, now))
+
+    def routed(self, token: int, reason_code: int) -> None:
+        if self.session is None or self.closed:
+            return
+        if reason_code >= 0x80 and self.session.protocol_version < 5:
+            # 3.1/3.1.1 cannot refuse a PUBLISH: close without acknowledging, the client resends
+            self.fail(reason_code, "store unavailable")
+            return
+        self.execute(self.session.handle_routed(token, reason_code, time.time()))
+
+    def subscribed(self, packet_id: int, codes: Sequence[int]) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_subscribed(packet_id, codes, time.time()))
+
+    def unsubscribed(self, packet_id: int, codes: Sequence[int]) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_unsubscribed(packet_id, codes, time.time()))
+
+    def takeover(self) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_takeover(time.time()))
+
+    def shutdown(self) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_shutdown(time.time()))
+
+    def fail(self, reason_code: int, reason: str) -> None:
+        """Close because of a server-side failure (v5: DISCONNECT with ``reason_code``)."""
+        if self.session is None or self.closed:
+            return
+        if self.session.protocol_version >= 5 and self.session.state is SessionState.CONNECTED:
+            self._send(Send(Disconnect(reason_code)))
+        self._close(Close(reason, reason_code))
+
+    # -- actions -------------------------------------------------------------------
+    def execute(self, actions: list[Action]) -> None:
+        dispatch = self._dispatch
+        for action in actions:
+            dispatch[type(action)](action)
+
+    def _write(self, data: bytes) -> None:
+        self._wbuf.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._wbuf or self.transport is None:
+            return
+        log.flush()  # events about what we are sending reach the OS first
+        data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
+        self._wbuf.clear()
+        self.metrics.bytes_out.inc(len(data))
+        self.transport.write(data)
+
+    def _send(self, action: Send) -> None:
+        assert self.session is not None
+        self.metrics.packets_out.labels(type(action.packet).__name__.upper()).inc()
+        self._write(encode(action.packet, self.session.protocol_version))
+
+    def _send_publish(self, action: SendPublish) -> None:
+        assert self.session is not None
+        out = action.delivery
+        self.metrics.packets_out.labels("PUBLISH").inc()
+        self.broker.m_delivered.labels(str(out.qos)).inc()
+        self._write(encode(action.packet, self.session.protocol_version))
+        if out.qos and log.message_events_enabled():
+            msg = out.message
+            log.emit("message.delivered", msg_id=msg.msg_id,
+                     client_id=self.sid[1] if self.sid else "", topic=msg.topic, qos=out.qos,
+                     dup=action.packet.dup,
+                     latency_us=int((time.time() - msg.published_at) * 1e6),
+                     publisher=msg.publisher, seq=out.seq or 0)
+
+    def _close(self, action: Close) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._flush()
+        if self.sid is not None and self.epoch:
+            log.emit("client.disconnected", client_id=self.sid[1], mountpoint=self.sid[0],
+                     peer=self.peer, reason=action.reason, reason_code=action.reason_code,
+                     duration_s=round(time.time() - self._connected_at, 3))
+        if self.transport is not None:
+            self.transport.close()
+
+    def _register(self, action: Register) -> None:
+        self.sid = (action.mountpoint, action.client_id)
+        self.broker.spawn(self.broker.register(self, action), "register")
+
+    def _route(self, action: Route) -> None:
+        msg = action.message
+        if msg.qos and log.message_events_enabled():
+            log.emit("message.published", msg_id=msg.msg_id, client_id=msg.publisher,
+                     topic=msg.topic, qos=msg.qos, retain=msg.retain, size=len(msg.payload),
+                     mountpoint=msg.mountpoint)
+        self.broker.route(msg, self, action.token)
+
+    def _subscribe(self, action: SubscribeRequest) -> None:
+        self.broker.spawn(self.broker.subscribe(self, action), "subscribe")
+
+    def _unsubscribe(self, action: UnsubscribeRequest) -> None:
+        self.broker.spawn(self.broker.unsubscribe(self, action), "unsubscribe")
+
+    def _acked(self, action: Acked) -> None:
+        out = action.delivery
+        if out.seq is not None and self.persistent and self.sid is not None:
+            self.broker.store.ack(self.sid[0], self.sid[1], self.epoch, out.seq)
+        if log.message_events_enabled():
+            msg = out.message
+            log.emit("message.acked", msg_id=msg.msg_id,
+                     client_id=self.sid[1] if self.sid else "", qos=out.qos,
+                     latency_us=int((time.time() - msg.published_at) * 1e6))
+
+    def _store_mark(self, action: StoreMark) -> None:
+        if self.persistent and self.sid is not None:
+            self.broker.store.mark(self.sid[0], self.sid[1], self.epoch, action.kind,
+                                   action.ident, action.set)
+
+    def _dropped(self, action: Dropped) -> None:
+        self.broker.dropped(self.sid[1] if self.sid else "", action.delivery, action.reason)
+
+    def _publish_will(self, action: PublishWill) -> None:
+        self.broker.publish_will(self, action.will, action.delay)
+
+    def _set_timer(self, action: SetTimer) -> None:
+        entry = self._timers.get(action.name)
+        if entry is not None:
+            if action.at >= entry[1]:
+                entry[2] = action.at  # lazy: the handle re-arms itself when it fires
+                return
+            entry[0].cancel()
+        delay = max(0.0, action.at - time.time())
+        handle = self._loop.call_later(delay, self._fire_timer, action.name)
+        self._timers[action.name] = [handle, action.at, action.at]
+
+    def _cancel_timer(self, action: CancelTimer) -> None:
+        entry = self._timers.pop(action.name, None)
+        if entry is not None:
+            entry[0].cancel()
+
+    def _fire_timer(self, name: str) -> None:
+        entry = self._timers.get(name)
+        if entry is None or self.session is None or self.closed:
+            return
+        now = time.time()
+        if entry[2] > now + 0.001:
+            entry[0] = self._loop.call_later(entry[2] - now, self._fire_timer, name)
+            entry[1] = entry[2]
+            return
+        del self._timers[name]
+        self.execute(self.session.handle_timeout(name, now))
+
+    def _ended_action(self, action: Ended) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.broker.spawn(self.broker.ended(self, action), "ended")
+
+    def _log_event(self, action: LogEvent) -> None:
+        log.emit(action.event, "info", **dict(action.fields))

@@ -1,0 +1,35 @@
+"""Local routing for the listener: the subscription trie, retained messages and shared
+subscription picking. Pure modules: no I/O, no clock."""
+
+from __future__ import annotations
+
+from services.listener.routing.model import (
+    GroupToken,
+    Match,
+    MatchResult,
+    SharedGroupMatch,
+    SharedMember,
+    SubOptions,
+    SubscriberId,
+)
+from services.listener.routing.retained import RetainedStore
+from services.listener.routing.shared import SharedPicker, SharedPolicy
+from services.listener.routing.topics import SHARE_PREFIX, split_shared, topic_matches
+from services.listener.routing.trie import SubscriptionTrie
+
+__all__ = [
+    "SHARE_PREFIX",
+    "GroupToken",
+    "Match",
+    "MatchResult",
+    "RetainedStore",
+    "SharedGroupMatch",
+    "SharedMember",
+    "SharedPicker",
+    "SharedPolicy",
+    "SubOptions",
+    "SubscriberId",
+    "SubscriptionTrie",
+    "split_shared",
+    "topic_matches",
+]

@@ -1,0 +1,110 @@
+"""Value types shared by the routing modules: who subscribed, with what options, and what
+a topic match yields.
+
+Everything here is immutable (frozen, slotted) so the trie can build a value once, when a
+subscription is added, and hand the very same object to every later ``match`` call: the
+common case of a subscriber hit by exactly one filter then costs no allocation at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeAlias
+
+SubscriberId: TypeAlias = tuple[str, str]
+"""``(mountpoint, client_id)``: a session's key, as in VerneMQ's ``{MountPoint, ClientId}``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubOptions:
+    """One subscription's options as sent in SUBSCRIBE, plus where its session lives.
+
+    ``sub_id`` is the MQTT 5 Subscription Identifier (None when absent). ``node`` is the
+    node owning the subscriber's session; routing returns it so the caller can forward a
+    message to a remote node instead of delivering it locally.
+    """
+
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
+    sub_id: int | None = None
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """What one subscriber gets for one published topic, all its matching filters merged.
+
+    MQTT 5 lets the server send a single copy when several of a client's subscriptions
+    overlap [MQTT-3.3.4-2], and then requires the highest QoS of them [MQTT-3.3.4-3] and
+    every one of their Subscription Identifiers [MQTT-3.3.4-5]. Merge rules:
+
+    - ``qos``: the maximum (the caller still caps it at the publish QoS);
+    - ``sub_ids``: every distinct identifier, in no particular order (empty if none);
+    - ``retain_as_published``: true if any matching subscription asked for it, so a client
+      that wants the original RETAIN flag on one of its filters sees it;
+    - ``node``: all of a subscriber's subscriptions name the node of its single session;
+      if they disagree (a migration half-applied) the first matching one wins;
+    - ``filters``: every matching filter, for tracing and ACL re-checks.
+
+    No Local is not merged: ``SubscriptionTrie.match(..., publisher=)`` drops the
+    publisher's own No Local subscriptions before merging [MQTT-3.8.3-3], which is the only
+    place the flag has meaning.
+    """
+
+    sid: SubscriberId
+    qos: int
+    node: str
+    retain_as_published: bool
+    sub_ids: tuple[int, ...]
+    filters: tuple[str, ...]
+
+
+class SharedMember(NamedTuple):
+    """One member of a shared subscription group."""
+
+    sid: SubscriberId
+    opts: SubOptions
+
+
+class GroupToken:
+    """Identity of a live shared group in a trie.
+
+    Stable while the group exists (across member changes) and weakly referenceable, so a
+    picker can keep per-group state (a round-robin cursor) that dies with the group.
+    """
+
+    __slots__ = ("__weakref__",)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedGroupMatch:
+    """A shared subscription ``$share/{group}/{filter}`` whose filter matched a topic.
+
+    The message goes to one of ``members`` (see ``shared.SharedPicker``), which are in the
+    order they joined. ``filter`` is the filter without the ``$share/{group}/`` prefix.
+    """
+
+    group: str
+    filter: str
+    members: tuple[SharedMember, ...]
+    token: GroupToken = field(default_factory=GroupToken, compare=False, repr=False)
+
+    @property
+    def share_filter(self) -> str:
+        """The filter as the client subscribed it."""
+        return f"$share/{self.group}/{self.filter}"
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """All routing targets of one publish: one ``Match`` per subscriber through its normal
+    (non-shared) subscriptions, and one ``SharedGroupMatch`` per matching shared group.
+
+    A subscriber can appear in both lists and in several groups: each shared
+    subscription is its own delivery, independent of the others.
+    """
+
+    normal: list[Match]
+    shared: list[SharedGroupMatch]

@@ -1,0 +1,204 @@
+"""The listener process: MQTT listeners over one broker, wired to the node's services.
+
+Start-up order matters for invariant I1: the MQTT ports open only after the msgstore
+stream is up and gossip's snapshot of subscriptions and retained messages is loaded —
+otherwise a publish right after a restart would miss the offline persistent sessions
+that were subscribed before it, and be acknowledged anyway.
+
+Shutdown: stop accepting, tell every client (v5 DISCONNECT 0x8B), let the msgstore
+confirm what is pending, close channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+import grpc
+
+from services.common import log
+from services.common.config import Config
+from services.common.grpcutil import AdminServicer, bind, channel, create_server, service_address
+from services.common.metrics import Registry
+from services.common.service import started
+from services.listener.broker import Broker
+from services.listener.config import TcpListener, tcp_listeners
+from services.listener.connection import Connection
+from services.listener.session.limits import SessionLimits
+from services.listener.store_client import StoreClient
+from services.pb import (
+    common_pb2_grpc,
+    gossip_pb2,
+    gossip_pb2_grpc,
+    registry_pb2,
+    registry_pb2_grpc,
+)
+
+_READY_TIMEOUT = 60.0
+
+
+class ListenerMetrics:
+    def __init__(self, m: Registry) -> None:
+        self.connections = m.gauge("connections", "Open MQTT connections")
+        self.packets_in = m.counter("packets_received_total", "MQTT packets received", ["type"])
+        self.packets_out = m.counter("packets_sent_total", "MQTT packets sent", ["type"])
+        self.bytes_in = m.counter("bytes_received_total", "Bytes received from clients")
+        self.bytes_out = m.counter("bytes_sent_total", "Bytes sent to clients")
+        self.protocol_errors = m.counter("protocol_errors_total", "Connections closed for "
+                                         "malformed or forbidden packets")
+
+
+async def _wait_ready(name: str, chan: grpc.aio.Channel, stop: asyncio.Event) -> None:
+    """Wait (bounded) for a sibling service that the supervisor may still be starting."""
+    deadline = asyncio.get_running_loop().time() + _READY_TIMEOUT
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(chan.channel_ready(), timeout=1.0)
+            return
+        except TimeoutError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise OSError(f"{name} service not reachable after {_READY_TIMEOUT:.0f}s") from None
+
+
+async def _watch_meta(broker: Broker, stub: gossip_pb2_grpc.GossipStub, ready: asyncio.Event,
+                      stop: asyncio.Event) -> None:
+    """Keep the trie and retained store in step with gossip; resync after a broken stream."""
+    backoff = 0.1
+    while not stop.is_set():
+        seen: set[tuple[str, bytes]] = set()
+        in_snapshot = True
+        try:
+            call = stub.Watch(gossip_pb2.WatchRequest(prefixes=["subs", "retain"]))
+            async for event in call:
+                for update in event.updates:
+                    if in_snapshot:
+                        seen.add((update.prefix, update.key))
+                    broker.apply_meta(update)
+                if event.snapshot_done and in_snapshot:
+                    in_snapshot = False
+                    _drop_unseen(broker, seen)
+                    ready.set()
+                    backoff = 0.1
+        except grpc.aio.AioRpcError as exc:
+            log.emit("rpc.failed", "warning", target="gossip", method="Watch",
+                     code=exc.code().name, reason=str(exc.details()))
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, 2.0)
+
+
+def _drop_unseen(broker: Broker, seen: set[tuple[str, bytes]]) -> None:
+    """After a resync, forget replica entries that gossip no longer has."""
+    from services.listener import convert
+
+    for sid in {sid for sid, _f, _o in broker.trie.items()}:
+        if sid not in broker.sessions and ("subs", convert.meta_key(*sid)) not in seen:
+            broker.trie.remove_all(sid)
+    for mountpoint, topic, _msg in list(broker.retained):
+        if ("retain", convert.meta_key(mountpoint, topic)) not in seen:
+            broker.retained.clear(mountpoint, topic)
+
+
+async def _watch_registry(broker: Broker, stub: registry_pb2_grpc.RegistryStub,
+                          stop: asyncio.Event) -> None:
+    backoff = 0.1
+    while not stop.is_set():
+        try:
+            call = stub.Watch(registry_pb2.WatchRequest(listener_id=broker.listener_id,
+                                                        node=broker.node))
+            async for command in call:
+                backoff = 0.1
+                if command.HasField("takeover"):
+                    t = command.takeover
+                    broker.takeover(t.key, t.old_epoch)
+        except grpc.aio.AioRpcError as exc:
+            log.emit("rpc.failed", "warning", target="registry", method="Watch",
+                     code=exc.code().name, reason=str(exc.details()))
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, 2.0)
+
+
+def _authorizer(config: Config) -> Any:
+    from services.listener.auth.authorizer import Authorizer
+
+    return Authorizer.from_config(config)
+
+
+async def _reload_auth(authorizer: Any, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=5.0)
+        try:
+            if authorizer.reload_if_changed():
+                log.emit("config.loaded", path="auth files", keys=0)
+        except (OSError, ValueError) as exc:
+            log.emit("auth.failed", "error", client_id="", peer="", username="",
+                     action="reload", topic="", reason=str(exc))
+
+
+async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> asyncio.Server:
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(factory, listener.host, listener.port,
+                                    reuse_port=reuse_port, backlog=4096)
+
+
+async def serve(config: Config, stop: asyncio.Event) -> None:
+    node = config["nodename"]
+    metrics = Registry()
+    lm = ListenerMetrics(metrics)
+    addresses = {name: service_address(config, name) for name in ("registry", "gossip",
+                                                                   "msgstore")}
+    channels = {name: channel(addr) for name, addr in addresses.items()}
+    for name, chan in channels.items():
+        await _wait_ready(name, chan, stop)
+    store = StoreClient(channels["msgstore"])
+    store.start()
+    broker = Broker(config, f"{node}/listener/{os.getpid()}", store,
+                    registry_pb2_grpc.RegistryStub(channels["registry"]),
+                    gossip_pb2_grpc.GossipStub(channels["gossip"]), metrics)
+    meta_ready = asyncio.Event()
+    tasks = [
+        asyncio.create_task(_watch_meta(broker, broker.gossip, meta_ready, stop)),
+        asyncio.create_task(_watch_registry(broker, broker.registry, stop)),
+    ]
+    await asyncio.wait_for(store.connected.wait(), _READY_TIMEOUT)
+    await asyncio.wait_for(meta_ready.wait(), _READY_TIMEOUT)
+
+    authorizer = _authorizer(config)
+    tasks.append(asyncio.create_task(_reload_auth(authorizer, stop)))
+    admin = create_server()
+    common_pb2_grpc.add_AdminServicer_to_server(
+        AdminServicer("listener", node, metrics,
+                      lambda: {"sessions": len(broker.sessions), "accepting": broker.accepting},
+                      lambda: broker.accepting), admin)
+    admin_addr = service_address(config, "listener")
+    bind(admin, admin_addr)
+    await admin.start()
+
+    servers = []
+    for lst in tcp_listeners(config):
+        limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
+
+        def factory(lst: TcpListener = lst, limits: SessionLimits = limits) -> Connection:
+            return Connection(broker, lst, limits, authorizer, lm)
+
+        servers.append(await _start_tcp(lst, factory, config["listener.reuse_port"]))
+        started(f"mqtt://{lst.host}:{lst.port}")
+    broker.accepting = True
+    started(admin_addr)
+
+    await stop.wait()
+
+    broker.accepting = False
+    for srv in servers:
+        srv.close()
+    await broker.shutdown()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(store.flush(), 5)
+    for task in tasks:
+        task.cancel()
+    await store.stop()
+    await admin.stop(1)
+    for chan in channels.values():
+        await chan.close()

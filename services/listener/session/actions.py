@@ -1,0 +1,177 @@
+"""What the session state machine asks its host (the listener server) to do, as data.
+
+The session never touches a socket, a clock or an RPC: each ``handle_*`` call returns a
+list of these actions, executed in order by ``services.listener.server``. Several
+actions come back to the session as a ``handle_*`` call once the host has done the work
+(a round trip): ``Register`` -> ``handle_registered``, ``Route`` (QoS >= 1) ->
+``handle_routed``, ``SubscribeRequest`` -> ``handle_subscribed``,
+``UnsubscribeRequest`` -> ``handle_unsubscribed``, ``SetTimer`` -> ``handle_timeout``.
+
+Worked example, a QoS 1 publish from a connected client::
+
+    session.handle_packet(Publish("a/b", b"x", qos=1, packet_id=7), now)
+      -> [Route(message, token=7)]
+    host routes the message, waits until the queue writes are durable, then:
+    session.handle_routed(7, ReasonCode.SUCCESS, now)
+      -> [Send(Puback(7))]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.listener.mqtt.types import Connect, Packet, Publish, Subscription, Will
+from services.listener.session.messages import Message, OutboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Encode ``packet`` with the session's protocol version and write it."""
+
+    packet: Packet
+
+
+@dataclass(frozen=True, slots=True)
+class SendPublish:
+    """Write a PUBLISH that delivers ``delivery`` (logged as ``message.delivered``)."""
+
+    packet: Publish
+    delivery: OutboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the connection after writing what is queued. ``reason`` goes to the log."""
+
+    reason: str
+    reason_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Register:
+    """Ask the registry to make this connection the live session of ``client_id``.
+
+    ``session_expiry`` is in seconds: 0 = the session ends with the connection,
+    0xFFFFFFFF = never expires (v3/v4 persistent sessions; the registry then applies
+    ``persistent_client_expiration``).
+    """
+
+    connect: Connect
+    client_id: str
+    mountpoint: str
+    clean_start: bool
+    session_expiry: int
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Route an accepted PUBLISH. For QoS >= 1 ``token`` is not None and the host answers
+    with ``handle_routed(token, reason_code, now)`` once every persistent copy is durable."""
+
+    message: Message
+    token: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeRequest:
+    """Add subscriptions; the host answers ``handle_subscribed(packet_id, codes, now)``.
+
+    ``sub_id`` is the MQTT 5 subscription identifier (None when absent). Entries already
+    refused by the session (bad filter, ACL) are not listed; the session merges codes.
+    """
+
+    packet_id: int
+    subscriptions: tuple[Subscription, ...]
+    sub_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnsubscribeRequest:
+    """Remove subscriptions; the host answers ``handle_unsubscribed(packet_id, codes, now)``."""
+
+    packet_id: int
+    topic_filters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """The client acknowledged ``delivery`` (PUBACK for QoS 1, PUBCOMP for QoS 2).
+
+    For persistent sessions the host advances the queue (``delivery.seq``)."""
+
+    delivery: OutboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMark:
+    """Persist QoS 2 state of a persistent session (see msgstore.proto ``Mark``)."""
+
+    kind: int  # msgstore_pb2.MARK_INBOUND_QOS2 (packet id) or MARK_OUTBOUND_PUBREL (seq)
+    ident: int
+    set: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A delivery was not made, on purpose; logged as ``message.dropped`` and counted."""
+
+    delivery: OutboundMessage
+    reason: str  # queue_full | expired | too_large | not_authorized | ...
+
+
+@dataclass(frozen=True, slots=True)
+class PublishWill:
+    """Publish the will (after ``delay`` seconds unless the client id reconnects first)."""
+
+    will: Will
+    delay: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    """Call ``handle_timeout(name, now)`` at wall-clock time ``at`` (replaces ``name``)."""
+
+    name: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The connection is over: tell the registry. ``session_expiry`` may have changed in the
+    v5 DISCONNECT; ``taken_over`` when the registry asked for it."""
+
+    reason: str
+    session_expiry: int
+    taken_over: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """An event for the log that only the session can see (names from services.common.events)."""
+
+    event: str
+    fields: tuple[tuple[str, object], ...]
+
+
+Action = (
+    Send
+    | SendPublish
+    | Close
+    | Register
+    | Route
+    | SubscribeRequest
+    | UnsubscribeRequest
+    | Acked
+    | StoreMark
+    | Dropped
+    | PublishWill
+    | SetTimer
+    | CancelTimer
+    | Ended
+    | LogEvent
+)

@@ -1,0 +1,47 @@
+"""Messages as the session and the router see them (protocol-version independent).
+
+A :class:`Message` is one accepted PUBLISH; an :class:`OutboundMessage` is that message
+as one subscriber receives it (its QoS, retain flag, subscription ids, and — for
+persistent sessions — its position ``seq`` in the session's durable queue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.listener.mqtt.types import NO_PROPERTIES, Properties
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """An application message. ``properties`` keeps only what is forwarded to subscribers
+    (payload format, content type, response topic, correlation data, user properties);
+    expiry is absolute (``expires_at``, wall-clock seconds) so it survives queueing."""
+
+    msg_id: str
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    publisher: str
+    mountpoint: str
+    published_at: float
+    expires_at: float | None = None
+    properties: Properties = NO_PROPERTIES
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A message on its way to one session.
+
+    ``qos`` is min(publish QoS, granted QoS) (unless upgrade_outgoing_qos); ``seq`` is the
+    entry's sequence number in the session's durable queue, None for non-persistent
+    delivery; ``dup`` is set when the message may have been sent to the client before.
+    """
+
+    message: Message
+    qos: int
+    retain: bool
+    sub_ids: tuple[int, ...] = ()
+    seq: int | None = None
+    dup: bool = False

@@ -1,0 +1,216 @@
+"""The listener's side of the msgstore ``Stream``: many small writes, few batches.
+
+Every append, ack and mark the listener makes goes into the *open* batch. A sender task
+ships the open batch as soon as fewer than ``max_inflight`` batches are unanswered, so
+under load batches grow by themselves while the store commits the previous ones (the
+store's group commit does the same one level down) and at low load a write leaves at
+once. Results come back in batch order; each append's future is resolved with its
+``AppendResult`` in that order, which is what keeps deliveries to a persistent session
+in sequence order.
+
+When the stream breaks (msgstore restarted or killed) every unanswered future fails
+with :class:`StoreUnavailable`: publishers get a negative acknowledgement rather than a
+PUBACK for something that may not be on disk. The stream is reopened with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from services.common import log
+from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
+
+_MAX_OPS = 2048
+
+
+class StoreUnavailable(Exception):
+    """The msgstore could not confirm a write."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    pb: msgstore_pb2.StoreBatch = field(default_factory=msgstore_pb2.StoreBatch)
+    futures: list[asyncio.Future[msgstore_pb2.AppendResult]] = field(default_factory=list)
+    done: asyncio.Future[None] | None = None
+    ops: int = 0
+
+
+class StoreClient:
+    def __init__(self, channel: grpc.aio.Channel, max_inflight: int = 2) -> None:
+        self.stub = msgstore_pb2_grpc.MsgStoreStub(channel)
+        self.max_inflight = max_inflight
+        self._open = _Batch()
+        self._inflight: list[_Batch] = []
+        self._outbox: asyncio.Queue[msgstore_pb2.StoreBatch | None] | None = None
+        self._wakeup = asyncio.Event()
+        self._slot = asyncio.Event()
+        self._next_id = 1
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.connected = asyncio.Event()
+        self.batches_sent = 0
+
+    # -- writes --------------------------------------------------------------------
+    def append(self, mountpoint: str, client_id: str, epoch: int,
+               delivery: common_pb2.Delivery) -> asyncio.Future[msgstore_pb2.AppendResult]:
+        fut: asyncio.Future[msgstore_pb2.AppendResult] = (
+            asyncio.get_running_loop().create_future())
+        entry = self._open.pb.appends.add(epoch=epoch)
+        entry.key.mountpoint = mountpoint
+        entry.key.client_id = client_id
+        entry.delivery.CopyFrom(delivery)
+        self._open.futures.append(fut)
+        self._added()
+        return fut
+
+    def ack(self, mountpoint: str, client_id: str, epoch: int, seq: int) -> None:
+        acks = self._open.pb.acks
+        last = acks[-1] if acks else None
+        if last is not None and last.key.client_id == client_id and (
+                last.key.mountpoint == mountpoint and last.epoch == epoch):
+            last.seqs.append(seq)
+            last.delivered_upto = max(last.delivered_upto, seq)
+        else:
+            entry = acks.add(epoch=epoch, seqs=[seq], delivered_upto=seq)
+            entry.key.mountpoint = mountpoint
+            entry.key.client_id = client_id
+        self._added()
+
+    def mark(self, mountpoint: str, client_id: str, epoch: int, kind: int, ident: int,
+             set_: bool) -> None:
+        entry = self._open.pb.marks.add(epoch=epoch, kind=kind, id=ident, set=set_)  # type: ignore[arg-type]
+        entry.key.mountpoint = mountpoint
+        entry.key.client_id = client_id
+        self._added()
+
+    def flush(self) -> asyncio.Future[None]:
+        """A future resolved when everything written so far is answered (or failed)."""
+        batch = self._open
+        if batch.done is None:
+            batch.done = asyncio.get_running_loop().create_future()
+        if batch.ops == 0 and not self._inflight:
+            fut = batch.done
+            batch.done = None
+            fut.set_result(None)
+            return fut
+        if batch.ops == 0:
+            batch.ops = 1  # ship an empty batch as a barrier behind the inflight ones
+        self._wakeup.set()
+        return batch.done
+
+    def _added(self) -> None:
+        self._open.ops += 1
+        self._wakeup.set()
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="store-stream")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._fail_all("listener stopping")
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while not self._stopping:
+            try:
+                await self._session()
+                backoff = 0.05
+            except grpc.aio.AioRpcError as exc:
+                self.connected.clear()
+                self._fail_all(f"{exc.code().name}: {exc.details()}")
+                log.emit("rpc.failed", "warning", target="msgstore", method="Stream",
+                         code=exc.code().name, reason=str(exc.details()))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    async def _session(self) -> None:
+        outbox: asyncio.Queue[msgstore_pb2.StoreBatch | None] = asyncio.Queue()
+        self._outbox = outbox
+
+        async def requests() -> AsyncIterator[msgstore_pb2.StoreBatch]:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    return
+                yield item
+
+        call = self.stub.Stream(requests())
+        sender = asyncio.create_task(self._sender(outbox), name="store-sender")
+        self.connected.set()
+        try:
+            async for result in call:
+                self._answer(result)
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                       grpc.aio.Metadata(), details="stream ended")
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            call.cancel()
+
+    async def _sender(self, outbox: asyncio.Queue[msgstore_pb2.StoreBatch | None]) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._open.ops and len(self._inflight) < self.max_inflight:
+                batch = self._open
+                self._open = _Batch()
+                batch.pb.batch_id = self._next_id
+                self._next_id += 1
+                self._inflight.append(batch)
+                self.batches_sent += 1
+                outbox.put_nowait(batch.pb)
+            if self._open.ops and len(self._inflight) >= self.max_inflight:
+                self._slot.clear()
+                await self._slot.wait()
+                self._wakeup.set()
+
+    def _answer(self, result: msgstore_pb2.StoreBatchResult) -> None:
+        if not self._inflight or self._inflight[0].pb.batch_id != result.batch_id:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(),
+                                       grpc.aio.Metadata(), details="batch results out of order")
+        batch = self._inflight.pop(0)
+        self._slot.set()
+        if result.error and not result.results:
+            for fut in batch.futures:
+                if not fut.done():
+                    fut.set_exception(StoreUnavailable(result.error))
+        else:
+            for fut, res in zip(batch.futures, result.results, strict=True):
+                if not fut.done():
+                    fut.set_result(res)
+        if batch.done is not None and not batch.done.done():
+            batch.done.set_result(None)
+
+    def _fail_all(self, reason: str) -> None:
+        batches = [*self._inflight]
+        self._inflight.clear()
+        self._slot.set()
+        for batch in batches:
+            for fut in batch.futures:
+                if not fut.done():
+                    fut.set_exception(StoreUnavailable(reason))
+            if batch.done is not None and not batch.done.done():
+                batch.done.set_result(None)
+
+    # -- unary calls ---------------------------------------------------------------
+    async def open(self, mountpoint: str, client_id: str, epoch: int) -> msgstore_pb2.QueueState:
+        return await self.stub.Open(msgstore_pb2.OpenRequest(
+            key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
+            epoch=epoch), timeout=10)
+
+    async def read(self, mountpoint: str, client_id: str, epoch: int, after_seq: int,
+                   max_entries: int = 1000) -> msgstore_pb2.ReadReply:
+        return await self.stub.Read(msgstore_pb2.ReadRequest(
+            key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
+            epoch=epoch, after_seq=after_seq, max_entries=max_entries), timeout=30)

@@ -1,0 +1,53 @@
+"""Settings of the msgstore service (declared once; see services.common.settings)."""
+
+from __future__ import annotations
+
+from services.common.settings import Setting
+
+SETTINGS: list[Setting] = [
+    Setting(
+        "msgstore.fsync",
+        "enum",
+        "always",
+        "When appended messages reach the disk. always: every group commit is fsynced "
+        "before any publisher is acknowledged (nothing acknowledged is lost, even on power "
+        "loss). interval: acknowledge after the write reaches the OS, fsync every "
+        "msgstore.fsync_interval (a node crash loses nothing; a power loss or kernel crash "
+        "may lose that window). never: leave it to the OS (same risks, unbounded window).",
+        choices=("always", "interval", "never"),
+    ),
+    Setting(
+        "msgstore.fsync_interval",
+        "duration",
+        "1s",
+        "With msgstore.fsync = interval: the longest time between fsyncs.",
+    ),
+    Setting("msgstore.max_batch", "int", "4096", "Most operations in one group commit.", minimum=1),
+    Setting(
+        "msgstore.max_batch_delay",
+        "duration",
+        "2ms",
+        "How long a group commit may wait to gather more writes (0 = never wait).",
+    ),
+    Setting(
+        "msgstore.map_size",
+        "size",
+        "4GB",
+        "LMDB map size: the largest the store may grow. A full store refuses writes "
+        "with a clear error; publishers get a negative acknowledgement.",
+    ),
+    Setting(
+        "msgstore.replication_factor",
+        "int",
+        "1",
+        "Copies of each persistent queue (R). 1 = no replication.",
+        minimum=1,
+    ),
+    Setting(
+        "msgstore.write_quorum",
+        "int",
+        "1",
+        "Copies that must be durable before a publisher is acknowledged (W <= R).",
+        minimum=1,
+    ),
+]

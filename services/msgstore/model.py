@@ -1,0 +1,174 @@
+"""Plain data of the queue core: operations in, results out, the stored queue record.
+
+These mirror ``msgstore.proto`` without depending on protobuf, so the core and its tests
+need no generated code; ``servicer.py`` translates. Message bodies are opaque bytes
+(the servicer stores a serialized ``Delivery``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
+
+SessionId = tuple[str, str]  # (mountpoint, client id)
+
+
+class AppendStatus(IntEnum):
+    """Same numbers as ``msgstore.AppendStatus``."""
+
+    OK = 0
+    NO_QUEUE = 1
+    QUEUE_FULL = 2
+    STALE_EPOCH = 3
+    STORE_ERROR = 4
+
+
+class MarkKind(IntEnum):
+    """Same numbers as ``msgstore.MarkKind``."""
+
+    INBOUND_QOS2 = 0
+    OUTBOUND_PUBREL = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    session: SessionId
+    epoch: int  # 0 = unfenced
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    session: SessionId
+    epoch: int
+    seqs: tuple[int, ...]
+    delivered_upto: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    session: SessionId
+    epoch: int
+    kind: MarkKind
+    ident: int
+    set: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBatch:
+    """One ``StoreBatch``: applied in one transaction, answered by one :class:`BatchResult`."""
+
+    batch_id: int
+    appends: tuple[Append, ...] = ()
+    acks: tuple[Ack, ...] = ()
+    marks: tuple[Mark, ...] = ()
+
+    @property
+    def ops(self) -> int:
+        return len(self.appends) + len(self.acks) + len(self.marks)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenQueue:
+    session: SessionId
+    epoch: int
+    create: bool = False
+    clean: bool = False
+    max_len: int = 0  # 0 = unlimited
+
+    ops = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteQueue:
+    session: SessionId
+    epoch: int  # 0 = unfenced (expiry, admin)
+    reason: str = ""
+
+    ops = 1
+
+
+Job = WriteBatch | OpenQueue | DeleteQueue
+
+
+class AppendResult(NamedTuple):
+    status: AppendStatus
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class BatchResult:
+    batch_id: int
+    results: list[AppendResult]
+    error: str = ""
+    stale_acks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A queue as ``QueueState`` shows it; ``created``/``deleted`` say what this call did."""
+
+    session: SessionId
+    exists: bool = False
+    epoch: int = 0
+    last_seq: int = 0
+    acked: int = 0
+    count: int = 0
+    size: int = 0  # bytes of live entries
+    delivered_upto: int = 0
+    max_len: int = 0
+    inbound_qos2: tuple[int, ...] = ()
+    outbound_pubrel: tuple[int, ...] = ()
+    error: str = ""
+    created: bool = False
+    deleted: bool = False
+
+
+Result = BatchResult | QueueState
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    entries: list[tuple[int, bytes]]
+    state: QueueState
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    queues: int
+    entries: int
+    bytes: int
+    top: list[QueueState] = field(default_factory=list)
+
+
+_META = struct.Struct(">BQQQQQQII")
+
+
+@dataclass(slots=True)
+class QueueMeta:
+    """The stored record of one queue. A deleted queue keeps a tombstone
+    (``exists=False``) with its epoch and last seq, so a writer fenced out before the
+    delete stays fenced out and a re-created queue never reuses a sequence number."""
+
+    exists: bool = True
+    epoch: int = 0
+    last_seq: int = 0
+    acked: int = 0
+    count: int = 0
+    size: int = 0  # bytes of live entries
+    delivered_upto: int = 0
+    max_len: int = 0
+    marks: int = 0
+
+    def encode(self) -> bytes:
+        return _META.pack(
+            int(self.exists), self.epoch, self.last_seq, self.acked, self.count, self.size,
+            self.delivered_upto, self.max_len, self.marks,
+        )  # fmt: skip
+
+    @classmethod
+    def decode(cls, raw: bytes) -> QueueMeta:
+        exists, epoch, last, acked, count, size, delivered, max_len, marks = _META.unpack(raw)
+        return cls(bool(exists), epoch, last, acked, count, size, delivered, max_len, marks)

@@ -1,0 +1,191 @@
+from services.pb import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AppendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPEND_OK: _ClassVar[AppendStatus]
+    APPEND_NO_QUEUE: _ClassVar[AppendStatus]
+    APPEND_QUEUE_FULL: _ClassVar[AppendStatus]
+    APPEND_STALE_EPOCH: _ClassVar[AppendStatus]
+    APPEND_STORE_ERROR: _ClassVar[AppendStatus]
+
+class MarkKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MARK_INBOUND_QOS2: _ClassVar[MarkKind]
+    MARK_OUTBOUND_PUBREL: _ClassVar[MarkKind]
+APPEND_OK: AppendStatus
+APPEND_NO_QUEUE: AppendStatus
+APPEND_QUEUE_FULL: AppendStatus
+APPEND_STALE_EPOCH: AppendStatus
+APPEND_STORE_ERROR: AppendStatus
+MARK_INBOUND_QOS2: MarkKind
+MARK_OUTBOUND_PUBREL: MarkKind
+
+class Append(_message.Message):
+    __slots__ = ("key", "epoch", "delivery")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    delivery: _common_pb2.Delivery
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, _Mapping]] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("key", "epoch", "seqs", "delivered_upto")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_UPTO_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    seqs: _containers.RepeatedScalarFieldContainer[int]
+    delivered_upto: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., seqs: _Optional[_Iterable[int]] = ..., delivered_upto: _Optional[int] = ...) -> None: ...
+
+class Mark(_message.Message):
+    __slots__ = ("key", "epoch", "kind", "id", "set")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    kind: MarkKind
+    id: int
+    set: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., kind: _Optional[_Union[MarkKind, str]] = ..., id: _Optional[int] = ..., set: _Optional[bool] = ...) -> None: ...
+
+class StoreBatch(_message.Message):
+    __slots__ = ("batch_id", "appends", "acks", "marks")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    APPENDS_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    appends: _containers.RepeatedCompositeFieldContainer[Append]
+    acks: _containers.RepeatedCompositeFieldContainer[Ack]
+    marks: _containers.RepeatedCompositeFieldContainer[Mark]
+    def __init__(self, batch_id: _Optional[int] = ..., appends: _Optional[_Iterable[_Union[Append, _Mapping]]] = ..., acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[Mark, _Mapping]]] = ...) -> None: ...
+
+class AppendResult(_message.Message):
+    __slots__ = ("status", "seq")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    status: AppendStatus
+    seq: int
+    def __init__(self, status: _Optional[_Union[AppendStatus, str]] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class StoreBatchResult(_message.Message):
+    __slots__ = ("batch_id", "results", "error", "stale_acks")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STALE_ACKS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    results: _containers.RepeatedCompositeFieldContainer[AppendResult]
+    error: str
+    stale_acks: int
+    def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[AppendResult, _Mapping]]] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ...) -> None: ...
+
+class OpenRequest(_message.Message):
+    __slots__ = ("key", "epoch", "create", "clean", "max_len")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    create: bool
+    clean: bool
+    max_len: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., create: _Optional[bool] = ..., clean: _Optional[bool] = ..., max_len: _Optional[int] = ...) -> None: ...
+
+class QueueState(_message.Message):
+    __slots__ = ("key", "exists", "epoch", "last_seq", "acked", "count", "delivered_upto", "inbound_qos2", "outbound_pubrel", "error")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_UPTO_FIELD_NUMBER: _ClassVar[int]
+    INBOUND_QOS2_FIELD_NUMBER: _ClassVar[int]
+    OUTBOUND_PUBREL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    exists: bool
+    epoch: int
+    last_seq: int
+    acked: int
+    count: int
+    delivered_upto: int
+    inbound_qos2: _containers.RepeatedScalarFieldContainer[int]
+    outbound_pubrel: _containers.RepeatedScalarFieldContainer[int]
+    error: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., acked: _Optional[int] = ..., count: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("key", "epoch", "after_seq", "max_entries")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    after_seq: int
+    max_entries: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., after_seq: _Optional[int] = ..., max_entries: _Optional[int] = ...) -> None: ...
+
+class QueueEntry(_message.Message):
+    __slots__ = ("seq", "delivery")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    delivery: _common_pb2.Delivery
+    def __init__(self, seq: _Optional[int] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, _Mapping]] = ...) -> None: ...
+
+class ReadReply(_message.Message):
+    __slots__ = ("entries", "state")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[QueueEntry]
+    state: QueueState
+    def __init__(self, entries: _Optional[_Iterable[_Union[QueueEntry, _Mapping]]] = ..., state: _Optional[_Union[QueueState, _Mapping]] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("key", "epoch", "reason")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    reason: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ("max_queues",)
+    MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    max_queues: int
+    def __init__(self, max_queues: _Optional[int] = ...) -> None: ...
+
+class StatsReply(_message.Message):
+    __slots__ = ("queues", "entries", "bytes", "top")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    queues: int
+    entries: int
+    bytes: int
+    top: _containers.RepeatedCompositeFieldContainer[QueueState]
+    def __init__(self, queues: _Optional[int] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., top: _Optional[_Iterable[_Union[QueueState, _Mapping]]] = ...) -> None: ...

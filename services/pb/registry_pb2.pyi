@@ -1,0 +1,138 @@
+from services.pb import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("key", "node", "listener_id", "clean_start", "session_expiry", "proto_ver", "peer", "username", "max_offline_messages")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_START_FIELD_NUMBER: _ClassVar[int]
+    SESSION_EXPIRY_FIELD_NUMBER: _ClassVar[int]
+    PROTO_VER_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFLINE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    node: str
+    listener_id: str
+    clean_start: bool
+    session_expiry: int
+    proto_ver: int
+    peer: str
+    username: str
+    max_offline_messages: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., clean_start: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., max_offline_messages: _Optional[int] = ...) -> None: ...
+
+class RegisterReply(_message.Message):
+    __slots__ = ("ok", "epoch", "session_present", "reason", "reason_code", "persistent")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    PERSISTENT_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    epoch: int
+    session_present: bool
+    reason: str
+    reason_code: int
+    persistent: bool
+    def __init__(self, ok: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_present: _Optional[bool] = ..., reason: _Optional[str] = ..., reason_code: _Optional[int] = ..., persistent: _Optional[bool] = ...) -> None: ...
+
+class DisconnectedRequest(_message.Message):
+    __slots__ = ("key", "epoch", "listener_id", "session_expiry", "reason", "taken_over")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_EXPIRY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_OVER_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    listener_id: str
+    session_expiry: int
+    reason: str
+    taken_over: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., listener_id: _Optional[str] = ..., session_expiry: _Optional[int] = ..., reason: _Optional[str] = ..., taken_over: _Optional[bool] = ...) -> None: ...
+
+class DisconnectedReply(_message.Message):
+    __slots__ = ("ok",)
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    def __init__(self, ok: _Optional[bool] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("listener_id", "node")
+    LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    listener_id: str
+    node: str
+    def __init__(self, listener_id: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
+
+class Takeover(_message.Message):
+    __slots__ = ("key", "old_epoch", "new_epoch", "new_node")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OLD_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NEW_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NEW_NODE_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    old_epoch: int
+    new_epoch: int
+    new_node: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., old_epoch: _Optional[int] = ..., new_epoch: _Optional[int] = ..., new_node: _Optional[str] = ...) -> None: ...
+
+class RegistryCommand(_message.Message):
+    __slots__ = ("takeover", "expire")
+    TAKEOVER_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_FIELD_NUMBER: _ClassVar[int]
+    takeover: Takeover
+    expire: _common_pb2.SessionKey
+    def __init__(self, takeover: _Optional[_Union[Takeover, _Mapping]] = ..., expire: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ...) -> None: ...
+
+class SessionsRequest(_message.Message):
+    __slots__ = ("client_id", "limit")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    limit: int
+    def __init__(self, client_id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class SessionInfo(_message.Message):
+    __slots__ = ("key", "node", "listener_id", "online", "epoch", "session_expiry", "connected_us", "disconnected_us", "peer", "username", "proto_ver", "persistent")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
+    ONLINE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_EXPIRY_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_US_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECTED_US_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    PROTO_VER_FIELD_NUMBER: _ClassVar[int]
+    PERSISTENT_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    node: str
+    listener_id: str
+    online: bool
+    epoch: int
+    session_expiry: int
+    connected_us: int
+    disconnected_us: int
+    peer: str
+    username: str
+    proto_ver: int
+    persistent: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., online: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_expiry: _Optional[int] = ..., connected_us: _Optional[int] = ..., disconnected_us: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., proto_ver: _Optional[int] = ..., persistent: _Optional[bool] = ...) -> None: ...
+
+class SessionsReply(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ...) -> None: ...

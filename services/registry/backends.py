@@ -1,0 +1,82 @@
+"""Calls to this node's msgstore and gossip services, each with a deadline.
+
+Channels are long-lived and reconnect by themselves; calls use ``wait_for_ready`` so a
+service that is still starting is waited for, but never past ``rpc_timeout``. Every
+failure becomes a :class:`BackendError` (and an ``rpc.failed`` event), which the caller
+turns into a refused CONNECT or a later retry — never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from services.common import log
+from services.common.grpcutil import channel
+from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
+from services.registry.records import pb_key
+from services.registry.sessions import DeleteQueue, OpenQueue
+
+T = TypeVar("T")
+
+
+class BackendError(Exception):
+    """A call to another service failed; the message says which and why."""
+
+    def __init__(self, target: str, method: str, code: str, reason: str) -> None:
+        super().__init__(f"{target}.{method} failed: {code} {reason}".strip())
+        self.target = target
+        self.method = method
+        self.code = code
+        self.reason = reason
+
+
+class Backends:
+    def __init__(self, msgstore_address: str, gossip_address: str, rpc_timeout: float) -> None:
+        self.timeout = rpc_timeout
+        self._msgstore_channel = channel(msgstore_address)
+        self._gossip_channel = channel(gossip_address)
+        self.msgstore = msgstore_pb2_grpc.MsgStoreStub(self._msgstore_channel)
+        self.gossip = gossip_pb2_grpc.GossipStub(self._gossip_channel)
+
+    async def _call(self, target: str, method: str, fn: Callable[..., Awaitable[T]],
+                    request: Any) -> T:
+        try:
+            return await fn(request, timeout=self.timeout, wait_for_ready=True)
+        except grpc.aio.AioRpcError as exc:
+            err = BackendError(target, method, exc.code().name, exc.details() or "")
+        log.emit("rpc.failed", "warning", target=target, method=method, code=err.code,
+                 reason=err.reason)
+        raise err
+
+    def _refuse(self, method: str, reason: str) -> BackendError:
+        log.emit("rpc.failed", "warning", target="msgstore", method=method, code="REFUSED",
+                 reason=reason)
+        return BackendError("msgstore", method, "REFUSED", reason)
+
+    async def open_queue(self, step: OpenQueue) -> msgstore_pb2.QueueState:
+        request = msgstore_pb2.OpenRequest(key=pb_key(step.key), epoch=step.epoch, create=True,
+                                           clean=step.clean, max_len=step.max_len)
+        state: msgstore_pb2.QueueState = await self._call(
+            "msgstore", "Open", self.msgstore.Open, request)
+        if state.error:
+            raise self._refuse("Open", state.error)
+        return state
+
+    async def delete_queue(self, step: DeleteQueue) -> msgstore_pb2.QueueState:
+        request = msgstore_pb2.DeleteRequest(key=pb_key(step.key), epoch=step.epoch,
+                                             reason=step.reason)
+        state: msgstore_pb2.QueueState = await self._call(
+            "msgstore", "Delete", self.msgstore.Delete, request)
+        if state.error:
+            raise self._refuse("Delete", state.error)
+        return state
+
+    async def put_meta(self, ops: list[gossip_pb2.MetaOp]) -> None:
+        await self._call("gossip", "Put", self.gossip.Put, gossip_pb2.PutRequest(ops=ops))
+
+    async def close(self) -> None:
+        await self._msgstore_channel.close()
+        await self._gossip_channel.close()

@@ -1,0 +1,191 @@
+"""The ``etl`` click group: ``run``, ``query``, ``report``, ``events-doc``.
+
+``ternmq etl …`` (the top-level CLI adds this group) and ``python -m spark_pipeline …``
+run the same commands. Spark is imported lazily by each command (not at import time)
+so ``ternmq --help`` stays fast; progress and Spark's own output go to stderr, results
+to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from spark_pipeline.session import DEFAULT_MASTER
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
+
+
+def _spark(master: str, driver_memory: str | None, quiet: bool) -> SparkSession:
+    from spark_pipeline.session import build_spark
+
+    conf = dict(_QUIET_CONF) if quiet else {"spark.ui.showConsoleProgress": "true"}
+    if driver_memory:
+        conf["spark.driver.memory"] = driver_memory
+    return build_spark(master, conf=conf)
+
+
+@click.group(name="etl")
+def etl() -> None:
+    """Spark ETL over ternmq's JSON-lines event logs (see docs/analytics.md)."""
+
+
+@etl.command("run")
+@click.option(
+    "--logs",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Directory searched recursively for *.jsonl and *.jsonl.N files.",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the Parquet tables (each table is overwritten).",
+)
+@click.option("--master", default=DEFAULT_MASTER, show_default=True, help="Spark master URL.")
+@click.option(
+    "--expect",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help='JSON list of {"subscriber", "topic_filter", "from"} the audit holds to.',
+)
+@click.option("--driver-memory", default="4g", show_default=True, help="Local mode heap.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+def run(
+    logs: Path,
+    out: Path,
+    master: str,
+    expect: Path | None,
+    driver_memory: str,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Read the logs and write every table under --out."""
+    from spark_pipeline.expect import ExpectError, load_expectations
+    from spark_pipeline.jobs import run_etl
+
+    try:
+        expectations = None if expect is None else load_expectations(expect)
+    except ExpectError as exc:
+        raise click.ClickException(f"--expect {expect}: {exc}") from exc
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        if not quiet:
+            click.echo(f"[etl {time.monotonic() - t0:7.1f}s] {msg}", err=True)
+
+    spark = _spark(master, driver_memory, quiet)
+    try:
+        summary = run_etl(logs, out, spark=spark, expect=expectations, progress=progress)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        spark.stop()
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+    else:
+        for key, value in summary.items():
+            click.echo(f"{key:<16}{value}")
+
+
+@etl.command("query")
+@click.argument("sql")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Directory `etl run` wrote.",
+)
+@click.option("--json", "fmt", flag_value="json", help="One JSON object per row.")
+@click.option("--csv", "fmt", flag_value="csv", help="CSV with a header row.")
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(min=1))
+@click.option("--master", default=DEFAULT_MASTER, show_default=True)
+def query(sql: str, out: Path, fmt: str | None, limit: int, master: str) -> None:
+    """Run Spark SQL over the tables (each is a view named after its directory)."""
+    from pyspark.errors import AnalysisException
+
+    from spark_pipeline.query import (
+        format_csv,
+        format_json,
+        format_table,
+        register_tables,
+        run_query,
+    )
+
+    spark = _spark(master, None, quiet=True)
+    try:
+        register_tables(spark, out)
+        columns, rows, more = run_query(spark, sql, limit)
+    except AnalysisException as exc:
+        raise click.ClickException(f"query failed: {str(exc).splitlines()[0]}") from exc
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        spark.stop()
+    if fmt == "json":
+        text = format_json(columns, rows)
+    elif fmt == "csv":
+        text = format_csv(columns, rows)
+    else:
+        text = format_table(columns, rows) + f"\n({len(rows)} rows)"
+    if text:
+        click.echo(text)
+    if more:
+        click.echo(f"(stopped at --limit {limit} rows)", err=True)
+
+
+@etl.command("report")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Directory `etl run` wrote.",
+)
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a one-page HTML report with charts here.",
+)
+@click.option("--master", default=DEFAULT_MASTER, show_default=True)
+def report(out: Path, html_file: Path | None, master: str) -> None:
+    """Print headline numbers; optionally write the HTML report."""
+    from spark_pipeline.report import headline, load_report, render_html
+
+    spark = _spark(master, None, quiet=True)
+    try:
+        data = load_report(spark, out)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        spark.stop()
+    click.echo(headline(data))
+    if html_file is not None:
+        html_file.write_text(render_html(data), encoding="utf-8")
+        click.echo(f"wrote {html_file}", err=True)
+
+
+@etl.command("events-doc")
+@click.option(
+    "--write",
+    "target",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the Markdown here instead of printing it.",
+)
+def events_doc(target: Path | None) -> None:
+    """Render docs/events.md from the event catalogue."""
+    from spark_pipeline.docs import render_events_md
+
+    text = render_events_md()
+    if target is None:
+        click.echo(text, nl=False)
+    else:
+        target.write_text(text, encoding="utf-8")

@@ -1,0 +1,163 @@
+"""Extract: log files on disk -> one typed DataFrame of events.
+
+Theory of operation: every ``*.jsonl`` and rotated ``*.jsonl.N`` file below the log
+directory is read with the explicit ``LINE_SCHEMA`` in PERMISSIVE mode, so a corrupt or
+truncated line becomes a row with ``_corrupt_record`` set instead of failing the job.
+A line is *corrupt* when it is not JSON, has a value of the wrong type, or lacks a
+parseable ``ts`` or an ``event``; corrupt lines are counted and dropped.
+
+Ordering: ``ts`` (µs) decides; ties are broken by the line's position in its file
+chain. ``_lk`` is that total order as one struct (ts, file chain, rotation with the
+oldest first, split offset, row id): rotated files are older than the live one and
+``.2`` older than ``.1``; within one file, Spark's split start offset orders splits and
+``monotonically_increasing_id`` grows with the line inside a split.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from services.common.events import EVENTS
+from spark_pipeline.schemas import CORRUPT_COLUMN, LINE_SCHEMA
+
+LOG_NAME: Final = re.compile(r"^(?P<base>.+\.jsonl)(?:\.(?P<rot>\d+))?$")
+_ROT_SUFFIX: Final = r"\.jsonl\.(\d+)$"
+
+
+def rotation_of(path: Path) -> tuple[str, int] | None:
+    """(live file name, rotation number: 0 for the live file) or None if not a log."""
+    m = LOG_NAME.match(path.name)
+    if m is None:
+        return None
+    return m.group("base"), int(m.group("rot") or 0)
+
+
+def find_log_files(root: Path) -> list[Path]:
+    """Every log file below ``root``, each chain oldest first (``.N`` … ``.1``, live)."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"log directory {root} does not exist")
+    found: list[tuple[str, str, int, Path]] = []
+    for path in root.rglob("*"):
+        rot = rotation_of(path)
+        if rot is not None and path.is_file():
+            found.append((str(path.parent), rot[0], -rot[1], path))
+    found.sort(key=lambda item: item[:3])
+    return [item[3] for item in found]
+
+
+def _file_chain(path: Column) -> Column:
+    return F.regexp_replace(path, _ROT_SUFFIX, ".jsonl")
+
+
+def _rotation(path: Column) -> Column:
+    digits = F.regexp_extract(path, _ROT_SUFFIX, 1)
+    return F.when(digits == "", F.lit(0)).otherwise(digits.cast("int"))
+
+
+def read_raw(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
+    """All lines, typed, with ``_corrupt`` and the ordering key ``_lk``; nothing dropped."""
+    if not files:
+        raise FileNotFoundError("no *.jsonl or *.jsonl.N log files to read")
+    df = (
+        spark.read.schema(LINE_SCHEMA)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+        .json([str(f) for f in files])
+    )
+    path = F.col("_metadata.file_path")
+    # monotonically_increasing_id must be taken straight off the scan, before any shuffle.
+    df = df.select(
+        *[F.col(c) for c in df.columns if c != "ts"],
+        F.try_to_timestamp(F.col("ts")).alias("ts"),
+        path.alias("_file"),
+        F.col("_metadata.file_block_start").alias("_block"),
+        F.monotonically_increasing_id().alias("_row"),
+    )
+    corrupt = F.col(CORRUPT_COLUMN).isNotNull() | F.col("ts").isNull() | F.col("event").isNull()
+    return df.select(
+        *[F.col(c) for c in df.columns if c not in {"_block", "_row", CORRUPT_COLUMN}],
+        corrupt.alias("_corrupt"),
+        F.struct(
+            F.col("ts").alias("ts"),
+            _file_chain(F.col("_file")).alias("chain"),
+            (-_rotation(F.col("_file"))).alias("rot"),
+            F.col("_block").alias("block"),
+            F.col("_row").alias("row"),
+        ).alias("_lk"),
+    )
+
+
+def valid_events(raw: DataFrame) -> DataFrame:
+    """The lines that parsed; ``_corrupt`` is dropped with them."""
+    return raw.where(~F.col("_corrupt")).drop("_corrupt")
+
+
+def events_from_records(spark: SparkSession, records: Sequence[Mapping[str, object]]) -> DataFrame:
+    """Build the frame ``valid_events`` returns from dicts, for tests and notebooks.
+
+    Each record is one log line as decoded JSON (``ts`` an ISO string); its position in
+    ``records`` is its line position, the tie-break after ``ts``.
+    """
+    fields = [f for f in LINE_SCHEMA.fields if f.name not in {"ts", CORRUPT_COLUMN}]
+    schema = T.StructType(
+        [
+            *fields,
+            T.StructField("ts", T.TimestampType(), True),
+            T.StructField("_row", T.LongType(), False),
+        ]
+    )
+    unknown = {k for r in records for k in r} - {f.name for f in LINE_SCHEMA.fields}
+    if unknown:
+        raise ValueError(f"fields not in the line schema: {sorted(unknown)}")
+    rows = [
+        (*[r.get(f.name) for f in fields], _parse_ts(r.get("ts")), i) for i, r in enumerate(records)
+    ]
+    df = spark.createDataFrame(rows, schema)
+    return df.select(
+        *[F.col(f.name) for f in fields],
+        F.col("ts"),
+        F.lit("inline").alias("_file"),
+        F.struct(
+            F.col("ts").alias("ts"),
+            F.lit("inline").alias("chain"),
+            F.lit(0).alias("rot"),
+            F.lit(0).cast("long").alias("block"),
+            F.col("_row").alias("row"),
+        ).alias("_lk"),
+    )
+
+
+def _parse_ts(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"ts must be an ISO string, got {value!r}")
+    return datetime.fromisoformat(value).astimezone(UTC)
+
+
+def ingest_stats(raw: DataFrame, files: int) -> DataFrame:
+    """One row: how many lines were read, parsed, corrupt, of unknown event names."""
+    ok = ~F.col("_corrupt")
+    known = F.col("event").isin(*sorted(EVENTS))
+
+    def count(cond: Column) -> Column:
+        return F.coalesce(F.sum(cond.cast("long")), F.lit(0)).cast("long")
+
+    return raw.agg(
+        F.lit(files).cast("long").alias("files"),
+        F.count(F.lit(1)).alias("lines"),
+        count(ok).alias("events"),
+        count(F.col("_corrupt")).alias("corrupt_lines"),
+        count(ok & ~known).alias("unknown_events"),
+        F.sort_array(F.collect_set(F.when(ok, F.col("schema")))).alias("schema_versions"),
+        F.min(F.when(ok, F.col("ts"))).alias("first_ts"),
+        F.max(F.when(ok, F.col("ts"))).alias("last_ts"),
+    )

@@ -1,0 +1,127 @@
+"""The ETL job: extract the logs once, build every table, write Parquet, summarise.
+
+``run_etl`` is the entry point for the CLI and for tests (the broker's end-to-end test
+calls it with its own SparkSession). Each table is written with mode ``overwrite``, so
+running twice over the same logs leaves the same tables. The parsed lines are persisted
+(memory, spilling to disk) because every table reads them; the audit summary is computed
+from the audit table just written rather than recomputing the audit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Row, SparkSession
+
+from spark_pipeline import extract
+from spark_pipeline.expect import Expectation, load_expectations
+from spark_pipeline.session import DEFAULT_MASTER, build_spark
+from spark_pipeline.tables import TABLES
+from spark_pipeline.transforms import audit, flow, ops
+from spark_pipeline.transforms.sessions import sessions
+
+Progress = Callable[[str], None]
+Builders = dict[str, Callable[[], DataFrame]]
+
+
+def expectations_frame(spark: SparkSession, expectations: Sequence[Expectation]) -> DataFrame:
+    """The expect entries as ``audit.EXPECT_SCHEMA`` rows (regex already translated)."""
+    rows = [(e.subscriber, e.regex, e.since) for e in expectations]
+    return spark.createDataFrame(rows, audit.EXPECT_SCHEMA)
+
+
+def table_builders(events: DataFrame, expectations: DataFrame | None) -> Builders:
+    """Every derived table as a lazy builder (``ingest`` and ``audit_summary`` aside)."""
+    return {
+        "sessions": lambda: sessions(events),
+        "message_flow": lambda: flow.message_flow(events),
+        "delivery_latency": lambda: flow.delivery_latency(events),
+        "latency_by_minute": lambda: flow.latency_by_minute(events),
+        "latency_overall": lambda: flow.latency_overall(events),
+        "delivery_audit": lambda: audit.delivery_audit(events, expectations),
+        "drops": lambda: ops.drops(events),
+        "node_load": lambda: ops.node_load(events),
+        "netsplits": lambda: ops.netsplits(events),
+    }
+
+
+def write_table(df: DataFrame, path: Path, partition_by: Sequence[str]) -> None:
+    """Overwrite ``path`` with ``df``: one file per partition value, or one file."""
+    if partition_by:
+        out = df.repartition(*partition_by).write.mode("overwrite").partitionBy(*partition_by)
+    else:
+        out = df.coalesce(1).write.mode("overwrite")
+    out.parquet(str(path))
+
+
+def _resolve_expect(
+    expect: Path | str | Sequence[Expectation] | None,
+) -> list[Expectation] | None:
+    if expect is None:
+        return None
+    if isinstance(expect, (str, Path)):
+        return load_expectations(Path(expect))
+    return list(expect)
+
+
+def _one_row(spark: SparkSession, path: Path) -> Row:
+    row = spark.read.parquet(str(path)).first()
+    if row is None:
+        raise RuntimeError(f"{path} is empty; a one-row table was expected")
+    return row
+
+
+def run_etl(
+    logs_dir: Path | str,
+    out_dir: Path | str,
+    spark: SparkSession | None = None,
+    expect: Path | str | Sequence[Expectation] | None = None,
+    master: str = DEFAULT_MASTER,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run the whole ETL; return the audit summary plus the ingest counts as a dict.
+
+    ``spark`` is used as given (and left running); without it a session for ``master``
+    is built and stopped at the end. ``expect`` is an expect file or parsed entries.
+    """
+    say = progress or (lambda _msg: None)
+    started = time.monotonic()
+    expectations = _resolve_expect(expect)
+    files = extract.find_log_files(Path(logs_dir))
+    out = Path(out_dir)
+    own = spark is None
+    session = spark if spark is not None else build_spark(master)
+    session.conf.set("spark.sql.session.timeZone", "UTC")
+    raw = extract.read_raw(session, files).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        size = sum(f.stat().st_size for f in files)
+        say(f"reading {len(files)} log files ({size / 1e6:.1f} MB)")
+        ingest = extract.ingest_stats(raw, len(files))
+        write_table(ingest, out / "ingest", ())
+        stats = _one_row(session, out / "ingest")
+        say(f"parsed {stats['events']} events, {stats['corrupt_lines']} corrupt lines")
+        events = extract.valid_events(raw)
+        exp_df = None if expectations is None else expectations_frame(session, expectations)
+        builders = table_builders(events, exp_df)
+        specs = [t for t in TABLES if t.name in builders]
+        for i, spec in enumerate(specs, 1):
+            t0 = time.monotonic()
+            write_table(builders[spec.name](), out / spec.name, spec.partition_by)
+            say(f"[{i}/{len(specs)}] {spec.name} written in {time.monotonic() - t0:.1f} s")
+        summary_df = audit.audit_summary(session.read.parquet(str(out / "delivery_audit")))
+        write_table(summary_df, out / "audit_summary", ())
+        row = _one_row(session, out / "audit_summary")
+    finally:
+        raw.unpersist()
+        if own:
+            session.stop()
+    result: dict[str, Any] = {k: int(row[k]) for k in audit.SUMMARY_COLUMNS}
+    for key in ("files", "lines", "events", "corrupt_lines", "unknown_events"):
+        result[key] = int(stats[key])
+    result["expect_mode"] = "deliveries" if expectations is None else "filters"
+    say(f"done in {time.monotonic() - started:.1f} s")
+    return result

@@ -1,0 +1,218 @@
+"""The delivery audit: per QoS >= 1 message and subscriber, what happened to it.
+
+Theory of operation.
+
+*Publisher order.* ``message.published`` lines of one publisher client id, in log order
+(``_lk``: ts, then line position), numbered 1, 2, 3 … give ``pub_seq``. QoS 0 messages
+are numbered too (they hold places in the order) but are not audited.
+
+*Expected pairs* (message, subscriber). For a subscriber listed in the expect file:
+every audited message whose topic matches one of its filters, published at or after
+that filter's ``from``. For any other subscriber (or with no expect file): every
+message delivered to it at least once, plus, for each (publisher, topic) it received
+from, every message of that publisher on that topic whose ``pub_seq`` lies between the
+first and last one it received. A message lost before the first or after the last
+delivery is therefore only caught with an expect file.
+
+*Verdicts* per pair: ``lost`` = expected, never delivered; ``duplicated`` = delivered
+more than once (DUP flag or not); ``out_of_order`` = its first delivery came after the
+first delivery of a message with a higher ``pub_seq`` from the same publisher to the
+same subscriber; ``unacked`` = delivered at QoS >= 1 and never acknowledged;
+``unexpected`` = delivered to a subscriber whose filters do not cover it; an orphan is a
+delivery whose ``message.published`` is not in the logs (judged by the deliveries rule,
+never out of order).
+
+Worked example: publisher P sends m1..m5 on t; subscriber S receives m1, m3, m2, m5,
+m5. Expected = m1..m5; m4 lost; m5 duplicated; m2 out of order (m3 came first).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_pipeline.transforms.common import count_if, day, of_event
+
+PAIR = ["msg_id", "subscriber"]
+
+EXPECT_SCHEMA = T.StructType(
+    [
+        T.StructField("subscriber", T.StringType(), False),
+        T.StructField("regex", T.StringType(), False),
+        T.StructField("since", T.TimestampType(), True),
+    ]
+)
+
+
+def publisher_order(events: DataFrame) -> DataFrame:
+    """Every published message once (first line wins) with its ``pub_seq``."""
+    pub = of_event(events, "message.published").where(F.col("msg_id").isNotNull())
+    first = Window.partitionBy("msg_id").orderBy("_lk")
+    pub = pub.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1)
+    order = Window.partitionBy("client_id").orderBy("_lk")
+    return pub.select(
+        "msg_id",
+        F.col("client_id").alias("publisher"),
+        "topic",
+        "qos",
+        F.col("ts").alias("published_at"),
+        F.row_number().over(order).cast("long").alias("pub_seq"),
+    )
+
+
+def delivery_pairs(events: DataFrame) -> DataFrame:
+    """Per (message, subscriber): deliveries, DUP-flagged ones, first/last, max QoS."""
+    return (
+        of_event(events, "message.delivered")
+        .where(F.col("msg_id").isNotNull() & F.col("client_id").isNotNull())
+        .groupBy("msg_id", F.col("client_id").alias("subscriber"))
+        .agg(
+            F.count(F.lit(1)).alias("deliveries"),
+            count_if(F.col("dup")).alias("dup_deliveries"),
+            F.min("_lk").alias("_first"),
+            F.max("ts").alias("last_delivered_at"),
+            F.max("qos").alias("delivered_qos"),
+            F.min("publisher").alias("_d_publisher"),
+            F.min("topic").alias("_d_topic"),
+        )
+    )
+
+
+def acks(events: DataFrame) -> DataFrame:
+    """Per (message, subscriber): the first acknowledgement."""
+    return (
+        of_event(events, "message.acked")
+        .groupBy("msg_id", F.col("client_id").alias("subscriber"))
+        .agg(F.min("ts").alias("acked_at"))
+    )
+
+
+def expected_from_deliveries(audited: DataFrame, pairs: DataFrame) -> DataFrame:
+    """Pairs implied by deliveries: the (publisher, topic) ranges each subscriber saw."""
+    seen = pairs.select(*PAIR).join(
+        audited.select("msg_id", "publisher", "topic", "pub_seq"), "msg_id"
+    )
+    ranges = seen.groupBy("subscriber", "publisher", "topic").agg(
+        F.min("pub_seq").alias("_lo"), F.max("pub_seq").alias("_hi")
+    )
+    in_range = (
+        audited.select("msg_id", "publisher", "topic", "pub_seq")
+        .join(ranges, ["publisher", "topic"])
+        .where(F.col("pub_seq").between(F.col("_lo"), F.col("_hi")))
+        .select(*PAIR)
+    )
+    return in_range.unionByName(pairs.select(*PAIR)).distinct()
+
+
+def expected_from_filters(audited: DataFrame, expectations: DataFrame) -> DataFrame:
+    """Pairs implied by the expect file's filters (``EXPECT_SCHEMA`` rows)."""
+    cond = F.expr("topic RLIKE regex") & (
+        F.col("since").isNull() | (F.col("published_at") >= F.col("since"))
+    )
+    return audited.join(F.broadcast(expectations), cond).select("msg_id", "subscriber").distinct()
+
+
+def expected_pairs(
+    audited: DataFrame, pairs: DataFrame, expectations: DataFrame | None
+) -> DataFrame:
+    """Filters for the subscribers they name, the deliveries rule for everyone else."""
+    derived = expected_from_deliveries(audited, pairs)
+    if expectations is None:
+        return derived
+    listed = expectations.select("subscriber").distinct()
+    derived = derived.join(F.broadcast(listed), "subscriber", "left_anti").select(*PAIR)
+    return derived.unionByName(expected_from_filters(audited, expectations)).distinct()
+
+
+def delivery_audit(events: DataFrame, expectations: DataFrame | None = None) -> DataFrame:
+    """One row per audited (message, subscriber) pair with its verdicts."""
+    pub = publisher_order(events)
+    audited = pub.where(F.col("qos") >= 1)
+    pairs = delivery_pairs(events).join(
+        pub.select("msg_id", F.col("qos").alias("_pqos")), "msg_id", "left"
+    )
+    pairs = pairs.where(F.col("_pqos").isNull() | (F.col("_pqos") >= 1)).drop("_pqos")
+    expected = expected_pairs(audited, pairs, expectations).withColumn("_exp", F.lit(True))
+    rows = (
+        pairs.join(expected, PAIR, "full_outer")
+        .join(pub, "msg_id", "left")
+        .join(acks(events), PAIR, "left")
+    )
+    delivered = F.coalesce(F.col("deliveries"), F.lit(0)) > 0
+    published = F.col("pub_seq").isNotNull()
+    rows = rows.select(
+        "msg_id",
+        "subscriber",
+        F.coalesce(F.col("publisher"), F.col("_d_publisher")).alias("publisher"),
+        F.coalesce(F.col("topic"), F.col("_d_topic")).alias("topic"),
+        "qos",
+        "pub_seq",
+        published.alias("published"),
+        "published_at",
+        F.coalesce(F.col("_exp"), F.lit(False)).alias("expected"),
+        delivered.alias("delivered"),
+        F.coalesce(F.col("deliveries"), F.lit(0)).cast("long").alias("deliveries"),
+        F.coalesce(F.col("dup_deliveries"), F.lit(0)).cast("long").alias("dup_deliveries"),
+        F.col("_first.ts").alias("first_delivered_at"),
+        "last_delivered_at",
+        "delivered_qos",
+        F.col("acked_at").isNotNull().alias("acked"),
+        "acked_at",
+        "_first",
+    )
+    w = Window.partitionBy("publisher", "subscriber").orderBy("_first")
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    judged = F.col("delivered") & F.col("published")
+    prior_max = F.max(F.when(judged, F.col("pub_seq"))).over(before)
+    return rows.select(
+        *[c for c in rows.columns if c != "_first"],
+        (F.col("expected") & ~F.col("delivered")).alias("lost"),
+        (F.col("deliveries") > 1).alias("duplicated"),
+        F.coalesce(judged & (prior_max > F.col("pub_seq")), F.lit(False)).alias("out_of_order"),
+        (
+            F.col("delivered")
+            & (F.coalesce(F.col("delivered_qos"), F.lit(0)) >= 1)
+            & ~F.col("acked")
+        ).alias("unacked"),
+        (F.col("delivered") & ~F.col("expected")).alias("unexpected"),
+        day(F.coalesce(F.col("published_at"), F.col("first_delivered_at"))).alias("date"),
+    )
+
+
+SUMMARY_COLUMNS = (
+    "messages",
+    "publishers",
+    "subscribers",
+    "pairs",
+    "expected",
+    "delivered",
+    "deliveries",
+    "lost",
+    "duplicated",
+    "out_of_order",
+    "unacked",
+    "unexpected",
+    "orphans",
+    "redeliveries",
+)
+
+
+def audit_summary(audit: DataFrame) -> DataFrame:
+    """One row of counts over the audit (pairs, except ``messages``/``deliveries``)."""
+    return audit.agg(
+        F.countDistinct(F.when(F.col("published"), F.col("msg_id"))).alias("messages"),
+        F.countDistinct("publisher").alias("publishers"),
+        F.countDistinct("subscriber").alias("subscribers"),
+        F.count(F.lit(1)).alias("pairs"),
+        count_if(F.col("expected")).alias("expected"),
+        count_if(F.col("delivered")).alias("delivered"),
+        F.coalesce(F.sum("deliveries"), F.lit(0)).cast("long").alias("deliveries"),
+        count_if(F.col("lost")).alias("lost"),
+        count_if(F.col("duplicated")).alias("duplicated"),
+        count_if(F.col("out_of_order")).alias("out_of_order"),
+        count_if(F.col("unacked")).alias("unacked"),
+        count_if(F.col("unexpected")).alias("unexpected"),
+        count_if(F.col("delivered") & ~F.col("published")).alias("orphans"),
+        F.coalesce(F.sum("dup_deliveries"), F.lit(0)).cast("long").alias("redeliveries"),
+    )

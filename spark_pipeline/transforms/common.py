@@ -1,0 +1,40 @@
+"""Helpers shared by transforms: per-event views and time buckets.
+
+Every event row carries ``_lk``, the total order of log lines (see ``extract``);
+transforms order by it instead of ``ts`` alone so that µs ties resolve the way the
+lines were written.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_pipeline.schemas import EVENT_SCHEMAS
+
+
+def of_event(events: DataFrame, name: str) -> DataFrame:
+    """Rows of one event, with exactly that event's fields plus ``_lk``."""
+    schema = EVENT_SCHEMAS[name]
+    cols = [F.col(f.name) for f in schema.fields]
+    return events.where(F.col("event") == name).select(*cols, F.col("_lk"))
+
+
+def minute(ts: Column) -> Column:
+    """The UTC minute a timestamp falls in (the session time zone is UTC)."""
+    return F.date_trunc("minute", ts)
+
+
+def day(ts: Column) -> Column:
+    """Partition column: the UTC date."""
+    return F.to_date(ts)
+
+
+def seconds_between(start: Column, end: Column) -> Column:
+    """``end - start`` in seconds as a double, µs exact."""
+    return (F.unix_micros(end) - F.unix_micros(start)) / F.lit(1_000_000.0)
+
+
+def count_if(cond: Column) -> Column:
+    """Rows where ``cond`` holds (0, never null, for an empty group)."""
+    return F.coalesce(F.sum(cond.cast("long")), F.lit(0)).cast("long")
