@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,13 +25,25 @@ if TYPE_CHECKING:
 _QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
 
 
-def _spark(master: str, driver_memory: str | None, quiet: bool) -> SparkSession:
+@contextmanager
+def _spark(master: str, driver_memory: str | None, quiet: bool) -> Iterator[SparkSession]:
+    """The active session if there is one (embedding, tests), else a new one, stopped after."""
+    from pyspark.sql import SparkSession
+
     from spark_pipeline.session import build_spark
 
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
     conf = dict(_QUIET_CONF) if quiet else {"spark.ui.showConsoleProgress": "true"}
     if driver_memory:
         conf["spark.driver.memory"] = driver_memory
-    return build_spark(master, conf=conf)
+    spark = build_spark(master, conf=conf)
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 @click.group(name="etl")
@@ -82,13 +96,11 @@ def run(
         if not quiet:
             click.echo(f"[etl {time.monotonic() - t0:7.1f}s] {msg}", err=True)
 
-    spark = _spark(master, driver_memory, quiet)
     try:
-        summary = run_etl(logs, out, spark=spark, expect=expectations, progress=progress)
+        with _spark(master, driver_memory, quiet) as spark:
+            summary = run_etl(logs, out, spark=spark, expect=expectations, progress=progress)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
-    finally:
-        spark.stop()
     if as_json:
         click.echo(json.dumps(summary, indent=1))
     else:
@@ -120,16 +132,14 @@ def query(sql: str, out: Path, fmt: str | None, limit: int, master: str) -> None
         run_query,
     )
 
-    spark = _spark(master, None, quiet=True)
     try:
-        register_tables(spark, out)
-        columns, rows, more = run_query(spark, sql, limit)
+        with _spark(master, None, quiet=True) as spark:
+            register_tables(spark, out)
+            columns, rows, more = run_query(spark, sql, limit)
     except AnalysisException as exc:
         raise click.ClickException(f"query failed: {str(exc).splitlines()[0]}") from exc
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
-    finally:
-        spark.stop()
     if fmt == "json":
         text = format_json(columns, rows)
     elif fmt == "csv":
@@ -160,13 +170,11 @@ def report(out: Path, html_file: Path | None, master: str) -> None:
     """Print headline numbers; optionally write the HTML report."""
     from spark_pipeline.report import headline, load_report, render_html
 
-    spark = _spark(master, None, quiet=True)
     try:
-        data = load_report(spark, out)
+        with _spark(master, None, quiet=True) as spark:
+            data = load_report(spark, out)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
-    finally:
-        spark.stop()
     click.echo(headline(data))
     if html_file is not None:
         html_file.write_text(render_html(data), encoding="utf-8")

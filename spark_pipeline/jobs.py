@@ -34,15 +34,26 @@ def expectations_frame(spark: SparkSession, expectations: Sequence[Expectation])
     return spark.createDataFrame(rows, audit.EXPECT_SCHEMA)
 
 
-def table_builders(events: DataFrame, expectations: DataFrame | None) -> Builders:
-    """Every derived table as a lazy builder (``ingest`` and ``audit_summary`` aside)."""
+def table_builders(
+    events: DataFrame, expectations: DataFrame | None, cache: Callable[[DataFrame], DataFrame]
+) -> Builders:
+    """Every derived table as a lazy builder (``ingest`` and ``audit_summary`` aside).
+
+    ``cache`` persists a frame that a table reads several times, and must unpersist it
+    when the job ends.
+    """
     return {
         "sessions": lambda: sessions(events),
         "message_flow": lambda: flow.message_flow(events),
         "delivery_latency": lambda: flow.delivery_latency(events),
         "latency_by_minute": lambda: flow.latency_by_minute(events),
         "latency_overall": lambda: flow.latency_overall(events),
-        "delivery_audit": lambda: audit.delivery_audit(events, expectations),
+        "delivery_audit": lambda: audit.delivery_audit(
+            cache(audit.publisher_order(events)),
+            cache(audit.delivery_pairs(events)),
+            audit.acks(events),
+            expectations,
+        ),
         "drops": lambda: ops.drops(events),
         "node_load": lambda: ops.node_load(events),
         "netsplits": lambda: ops.netsplits(events),
@@ -97,6 +108,12 @@ def run_etl(
     session = spark if spark is not None else build_spark(master)
     session.conf.set("spark.sql.session.timeZone", "UTC")
     raw = extract.read_raw(session, files).persist(StorageLevel.MEMORY_AND_DISK)
+    kept: list[DataFrame] = [raw]
+
+    def _keep(df: DataFrame) -> DataFrame:
+        kept.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return df
+
     try:
         size = sum(f.stat().st_size for f in files)
         say(f"reading {len(files)} log files ({size / 1e6:.1f} MB)")
@@ -106,7 +123,7 @@ def run_etl(
         say(f"parsed {stats['events']} events, {stats['corrupt_lines']} corrupt lines")
         events = extract.valid_events(raw)
         exp_df = None if expectations is None else expectations_frame(session, expectations)
-        builders = table_builders(events, exp_df)
+        builders = table_builders(events, exp_df, _keep)
         specs = [t for t in TABLES if t.name in builders]
         for i, spec in enumerate(specs, 1):
             t0 = time.monotonic()
@@ -116,7 +133,8 @@ def run_etl(
         write_table(summary_df, out / "audit_summary", ())
         row = _one_row(session, out / "audit_summary")
     finally:
-        raw.unpersist()
+        for df in kept:
+            df.unpersist()
         if own:
             session.stop()
     result: dict[str, Any] = {k: int(row[k]) for k in audit.SUMMARY_COLUMNS}

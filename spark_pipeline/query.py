@@ -11,7 +11,7 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -37,7 +37,10 @@ def register_tables(spark: SparkSession, out_dir: Path) -> list[str]:
 
 def plain(value: object) -> object:
     """A JSON-friendly version of a value Spark returns."""
-    if isinstance(value, datetime | date):
+    if isinstance(value, datetime):
+        # PySpark hands timestamps back naive, in the local time zone; print them in UTC.
+        return (value if value.tzinfo else value.astimezone()).astimezone(UTC).isoformat()
+    if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):
         return float(value)

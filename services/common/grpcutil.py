@@ -6,6 +6,7 @@ collide with when several nodes or test runs share a machine, and faster than TC
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -30,6 +31,11 @@ CHANNEL_OPTIONS: Sequence[tuple[str, Any]] = (
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.enable_retries", 0),
+    # a sibling service restarted by the supervisor is back within a second or two;
+    # gRPC's default backoff (up to 2 minutes) would leave us disconnected far longer
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 )
 SERVER_OPTIONS: Sequence[tuple[str, Any]] = (
     ("grpc.keepalive_permit_without_calls", 1),
@@ -48,7 +54,8 @@ def service_address(config: Config, service: str) -> str:
         path = run_dir / f"{service}.sock"
         # sun_path is limited to 107 bytes; fall back to a short path under /tmp.
         if len(str(path)) > 100:
-            digest = abs(hash(str(run_dir))) % 10**10
+            # hash() is salted per process: every service must derive the same path
+            digest = hashlib.sha256(str(run_dir).encode()).hexdigest()[:16]
             path = Path(f"/tmp/ternmq-{digest}") / f"{service}.sock"
         return f"unix:{path}"
     return value
@@ -79,7 +86,7 @@ def channel(address: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
-class AdminServicer(common_pb2_grpc.AdminServicer):
+class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
     """Status and metrics of one service, for the node's HTTP endpoints."""
 
     def __init__(self, service: str, node: str, metrics: Registry,

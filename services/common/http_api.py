@@ -209,7 +209,7 @@ class HttpApi:
         samples = self.client.samples()
         for name, child in self.supervisor.status().items():
             samples.append(SampleValue("ternmq_service_restarts_total", {"service": name},
-                                       float(child["restarts"]), "counter",  # type: ignore[arg-type]
+                                       float(child["restarts"]), "counter",
                                        "Times the supervisor restarted a service"))
             samples.append(SampleValue("ternmq_service_up", {"service": name},
                                        1.0 if child["running"] else 0.0, "gauge",

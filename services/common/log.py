@@ -24,6 +24,7 @@ import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -159,7 +160,7 @@ def _human(level: str, event: str, fields: dict[str, Any]) -> str:
     return f"{now_iso()} [{level:<7}] {_state.service}: {event} {kv}\n"
 
 
-def _structlog_sink(_logger: Any, method: str, event_dict: dict[str, Any]) -> str:
+def _structlog_sink(_logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
     level = "warning" if method == "warn" else method
     if level == "exception":
         level = "error"

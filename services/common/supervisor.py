@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -127,7 +128,7 @@ class Supervisor:
                 proc.kill()
                 await proc.wait()
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> dict[str, dict[str, Any]]:
         return {
             name: {
                 "pid": c.proc.pid if c.proc else None,

@@ -8,21 +8,47 @@ from services.common.config import Config
 from services.common.settings import Setting
 
 SETTINGS: list[Setting] = [
-    Setting("gossip.map_size", "size", "1GB",
-            "LMDB map size of the metadata store (data_dir/gossip/): the largest it may grow. "
-            "A full store refuses metadata writes with a clear error."),
-    Setting("gossip.max_batch", "int", "1024",
-            "Most Put requests grouped into one durable commit (one fsync).", minimum=1),
-    Setting("gossip.watch_batch_size", "int", "1000",
-            "Most updates in one Watch event (snapshot chunks and delta batches).", minimum=1),
-    Setting("gossip.watch_batch_bytes", "size", "4MB",
-            "Largest Watch event, roughly, in bytes; a single larger value is still sent "
-            "alone.", minimum=1024),
-    Setting("gossip.tombstone_ttl", "duration", "1h",
-            "How long the tombstone of a deleted key is kept before garbage collection "
-            "(it lets peers that missed the delete learn of it); never keeps them forever."),
-    Setting("gossip.gc_interval", "duration", "1m",
-            "How often expired tombstones are garbage collected."),
+    Setting(
+        "gossip.map_size",
+        "size",
+        "1GB",
+        "LMDB map size of the metadata store (data_dir/gossip/): the largest it may grow. "
+        "A full store refuses metadata writes with a clear error.",
+    ),
+    Setting(
+        "gossip.max_batch",
+        "int",
+        "1024",
+        "Most Put requests grouped into one durable commit (one fsync).",
+        minimum=1,
+    ),
+    Setting(
+        "gossip.watch_batch_size",
+        "int",
+        "1000",
+        "Most updates in one Watch event (snapshot chunks and delta batches).",
+        minimum=1,
+    ),
+    Setting(
+        "gossip.watch_batch_bytes",
+        "size",
+        "4MB",
+        "Largest Watch event, roughly, in bytes; a single larger value is still sent alone.",
+        minimum=1024,
+    ),
+    Setting(
+        "gossip.tombstone_ttl",
+        "duration",
+        "1h",
+        "How long the tombstone of a deleted key is kept before garbage collection "
+        "(it lets peers that missed the delete learn of it); never keeps them forever.",
+    ),
+    Setting(
+        "gossip.gc_interval",
+        "duration",
+        "1m",
+        "How often expired tombstones are garbage collected.",
+    ),
 ]
 
 

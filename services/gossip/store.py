@@ -11,7 +11,7 @@ wrote concurrently (``merge_remote``, fed by anti-entropy later); readers see on
 chosen by the prefix's deterministic resolver (LWW by ``(ts_us, node)``).
 
 Changes go through a :class:`Txn`: ``store.begin(now_us)`` opens an overlay on the
-committed state, ``txn.apply(ops)`` / ``txn.merge(records)`` /
+committed state, ``txn.apply(ops)`` / ``txn.merge_remote(records)`` /
 ``txn.collect_garbage(...)`` stage new records, the caller makes ``txn.writes()`` and
 ``txn.removals()`` durable, and only then ``store.commit(txn)`` installs them and
 returns the visible changes (:class:`Update`) for watchers. Until ``commit`` readers
@@ -235,10 +235,15 @@ class Txn:
         new = dvv.update(clock, dvv.join(clock), node, Stamped(ts, node, op.value))
         self.staged[(op.prefix, op.key)] = Record(op.prefix, op.key, new)
 
-    def merge(self, records: Iterable[Record]) -> None:
-        """Stage remote states (anti-entropy): each is ``dvv.sync``-ed into ours."""
-        for rec in records:
+    def merge_remote(self, records: Iterable[Record]) -> None:
+        """Stage remote states (anti-entropy): each is ``dvv.sync``-ed into ours.
+
+        All or nothing on an unknown prefix, like :meth:`apply`.
+        """
+        incoming = list(records)
+        for rec in incoming:
             self.store.check_prefix(rec.prefix)
+        for rec in incoming:
             cur = self.record(rec.prefix, rec.key)
             clock = rec.clock if cur is None else dvv.sync(cur.clock, rec.clock)
             if cur is None or clock != cur.clock:

@@ -207,9 +207,14 @@ class Broker:
                      code=exc.code().name, reason=str(exc.details()))
 
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
-        conn = self.sessions.get((key.mountpoint, key.client_id))
-        if conn is not None and conn.epoch == old_epoch:
+        """The registry waits for our Disconnected(taken_over) whether or not we still hold
+        that connection; a connection gone already is reported at once."""
+        sid = (key.mountpoint, key.client_id)
+        conn = self.sessions.get(sid)
+        if conn is not None and conn.epoch == old_epoch and not conn.closed:
             conn.takeover()
+        else:
+            self.spawn(self._report_ended(sid, old_epoch, 0, "taken_over", True), "disconnected")
 
     # -- publish ---------------------------------------------------------------------
     def route(self, msg: Message, conn: Connection | None, token: int | None) -> None:
@@ -402,6 +407,10 @@ class Broker:
     def _fire_will(self, sid: SubscriberId, msg: Message) -> None:
         self._wills.pop(sid, None)
         self.route(msg, None, None)
+
+    def drop_all(self, reason: str) -> None:
+        for conn in list(self.sessions.values()):
+            conn.fail(ReasonCode.UNSPECIFIED_ERROR, reason)
 
     async def shutdown(self) -> None:
         for conn in list(self.sessions.values()):

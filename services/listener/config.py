@@ -43,7 +43,11 @@ SETTINGS: list[Setting] = [
     Setting("plugins.ternmq_passwd", "bool", "off", "Check usernames against a password file."),
     Setting("ternmq_passwd.password_file", "str", "./ternmq.passwd",
             "Password file written by ternmq-passwd."),
+    Setting("ternmq_passwd.password_reload_interval", "duration", "10s",
+            "How often the password file is checked for changes (0 = never)."),
     Setting("plugins.ternmq_acl", "bool", "off", "Check topics against an ACL file."),
+    Setting("ternmq_acl.acl_reload_interval", "duration", "10s",
+            "How often the ACL file is checked for changes (0 = never)."),
     Setting("ternmq_acl.acl_file", "str", "./ternmq.acl", "ACL file (VerneMQ's vmq_acl syntax)."),
     # -- session limits --------------------------------------------------------------
     Setting("max_client_id_size", "int", "100",

@@ -22,7 +22,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from services.common import log
 from services.listener.mqtt.decoder import Decoder
@@ -106,14 +106,14 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport.set_write_buffer_limits(high=self.limits_pending())
+        self.transport.set_write_buffer_limits(high=self.limits_pending())
         self.metrics.connections.inc()
         self.session = Session(self.limits, self.authorizer, self.peer,
                                self.broker.next_msg_id, time.time())
@@ -128,19 +128,22 @@ class Connection(asyncio.Protocol):
             return
         now = time.time()
         self.metrics.bytes_in.inc(len(data))
+        error: MQTTError | None = None
         try:
             packets = self.decoder.feed(data)
         except MQTTError as exc:
-            self.metrics.protocol_errors.inc()
-            log.emit("protocol.error", "warning", client_id=session.client_id or "",
-                     peer=self.peer, reason=str(exc), reason_code=int(exc.reason_code))
-            self.execute(session.handle_protocol_error(exc, now))
-            return
+            packets = list(exc.preceding)  # valid packets before the bad one come first
+            error = exc
         for pkt in packets:
             self.metrics.packets_in.labels(type(pkt).__name__.upper()).inc()
             self.execute(session.handle_packet(pkt, now))
             if self.closed:
-                break
+                return
+        if error is not None:
+            self.metrics.protocol_errors.inc()
+            log.emit("protocol.error", "warning", client_id=session.client_id or "",
+                     peer=self.peer, reason=str(error), reason_code=int(error.reason_code or 0))
+            self.execute(session.handle_protocol_error(error, now))
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost does the rest

@@ -23,6 +23,8 @@ from services.common.config import Config
 from services.common.grpcutil import AdminServicer, bind, channel, create_server, service_address
 from services.common.metrics import Registry
 from services.common.service import started
+from services.listener.auth.authorizer import Authorizer, from_config
+from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
 from services.listener.config import TcpListener, tcp_listeners
 from services.listener.connection import Connection
@@ -103,36 +105,45 @@ def _drop_unseen(broker: Broker, seen: set[tuple[str, bytes]]) -> None:
 async def _watch_registry(broker: Broker, stub: registry_pb2_grpc.RegistryStub,
                           stop: asyncio.Event) -> None:
     backoff = 0.1
+    broken = False
     while not stop.is_set():
         try:
             call = stub.Watch(registry_pb2.WatchRequest(listener_id=broker.listener_id,
                                                         node=broker.node))
+            await call.initial_metadata()
+            if broken:
+                # a restarted registry marked our sessions offline: it would not know to take
+                # them over, so two connections could share a client id. Drop ours; clients
+                # reconnect and register again.
+                broker.drop_all("registry restarted")
+                broken = False
             async for command in call:
                 backoff = 0.1
                 if command.HasField("takeover"):
                     t = command.takeover
                     broker.takeover(t.key, t.old_epoch)
         except grpc.aio.AioRpcError as exc:
+            broken = True
             log.emit("rpc.failed", "warning", target="registry", method="Watch",
                      code=exc.code().name, reason=str(exc.details()))
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 2.0)
 
 
-def _authorizer(config: Config) -> Any:
-    from services.listener.auth.authorizer import Authorizer
-
-    return Authorizer.from_config(config)
+def _authorizer(config: Config) -> Authorizer:
+    return from_config(config)
 
 
-async def _reload_auth(authorizer: Any, stop: asyncio.Event) -> None:
+async def _reload_auth(authorizer: Any, interval: float, stop: asyncio.Event) -> None:
+    if interval <= 0:
+        return
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=5.0)
+            await asyncio.wait_for(stop.wait(), timeout=interval)
         try:
             if authorizer.reload_if_changed():
                 log.emit("config.loaded", path="auth files", keys=0)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, AuthFileError) as exc:
             log.emit("auth.failed", "error", client_id="", peer="", username="",
                      action="reload", topic="", reason=str(exc))
 
@@ -166,7 +177,10 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     await asyncio.wait_for(meta_ready.wait(), _READY_TIMEOUT)
 
     authorizer = _authorizer(config)
-    tasks.append(asyncio.create_task(_reload_auth(authorizer, stop)))
+    interval = min(config["ternmq_passwd.password_reload_interval"] or 1e9,
+                   config["ternmq_acl.acl_reload_interval"] or 1e9)
+    tasks.append(asyncio.create_task(_reload_auth(authorizer, interval if interval < 1e9 else 0,
+                                                  stop)))
     admin = create_server()
     common_pb2_grpc.add_AdminServicer_to_server(
         AdminServicer("listener", node, metrics,

@@ -33,8 +33,9 @@ SETTINGS: list[Setting] = [
         "msgstore.map_size",
         "size",
         "4GB",
-        "LMDB map size: the largest the store may grow. A full store refuses writes "
-        "with a clear error; publishers get a negative acknowledgement.",
+        "LMDB map size: the largest the store may grow (at least 1MB). Once live messages "
+        "fill 90% of it, appends are refused with a clear error (publishers get a negative "
+        "acknowledgement); the last 10% lets acknowledgements and deletes drain it.",
     ),
     Setting(
         "msgstore.replication_factor",

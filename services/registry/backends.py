@@ -14,69 +14,101 @@ from typing import Any, TypeVar
 import grpc
 
 from services.common import log
-from services.common.grpcutil import channel
+from services.common.grpcutil import CHANNEL_OPTIONS
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
 from services.registry.records import pb_key
 from services.registry.sessions import DeleteQueue, OpenQueue
 
 T = TypeVar("T")
 
+# gRPC's default reconnect backoff grows to 2 minutes: a msgstore restarted after a long
+# outage would keep refusing CONNECTs that long. Capped, it is found within a second.
+_OPTIONS = (
+    *CHANNEL_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
+def _channel(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address, options=_OPTIONS)
+
 
 class BackendError(Exception):
     """A call to another service failed; the message says which and why."""
 
-    def __init__(self, target: str, method: str, code: str, reason: str) -> None:
+    def __init__(
+        self, target: str, method: str, code: str, reason: str, store_epoch: int = 0
+    ) -> None:
         super().__init__(f"{target}.{method} failed: {code} {reason}".strip())
         self.target = target
         self.method = method
         self.code = code
         self.reason = reason
+        self.store_epoch = store_epoch  # the queue's epoch when the msgstore refused ours
 
 
 class Backends:
     def __init__(self, msgstore_address: str, gossip_address: str, rpc_timeout: float) -> None:
         self.timeout = rpc_timeout
-        self._msgstore_channel = channel(msgstore_address)
-        self._gossip_channel = channel(gossip_address)
+        self._msgstore_channel = _channel(msgstore_address)
+        self._gossip_channel = _channel(gossip_address)
         self.msgstore = msgstore_pb2_grpc.MsgStoreStub(self._msgstore_channel)
         self.gossip = gossip_pb2_grpc.GossipStub(self._gossip_channel)
 
-    async def _call(self, target: str, method: str, fn: Callable[..., Awaitable[T]],
-                    request: Any) -> T:
+    async def _call(
+        self, target: str, method: str, fn: Callable[..., Awaitable[T]], request: Any
+    ) -> T:
         try:
             return await fn(request, timeout=self.timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             err = BackendError(target, method, exc.code().name, exc.details() or "")
-        log.emit("rpc.failed", "warning", target=target, method=method, code=err.code,
-                 reason=err.reason)
+        log.emit(
+            "rpc.failed", "warning", target=target, method=method, code=err.code, reason=err.reason
+        )
         raise err
 
-    def _refuse(self, method: str, reason: str) -> BackendError:
-        log.emit("rpc.failed", "warning", target="msgstore", method=method, code="REFUSED",
-                 reason=reason)
-        return BackendError("msgstore", method, "REFUSED", reason)
+    def _refuse(self, method: str, state: msgstore_pb2.QueueState) -> BackendError:
+        log.emit(
+            "rpc.failed",
+            "warning",
+            target="msgstore",
+            method=method,
+            code="REFUSED",
+            reason=state.error,
+        )
+        return BackendError("msgstore", method, "REFUSED", state.error, state.epoch)
 
     async def open_queue(self, step: OpenQueue) -> msgstore_pb2.QueueState:
-        request = msgstore_pb2.OpenRequest(key=pb_key(step.key), epoch=step.epoch, create=True,
-                                           clean=step.clean, max_len=step.max_len)
+        request = msgstore_pb2.OpenRequest(
+            key=pb_key(step.key),
+            epoch=step.epoch,
+            create=True,
+            clean=step.clean,
+            max_len=step.max_len,
+        )
         state: msgstore_pb2.QueueState = await self._call(
-            "msgstore", "Open", self.msgstore.Open, request)
+            "msgstore", "Open", self.msgstore.Open, request
+        )
         if state.error:
-            raise self._refuse("Open", state.error)
+            raise self._refuse("Open", state)
         return state
 
     async def delete_queue(self, step: DeleteQueue) -> msgstore_pb2.QueueState:
-        request = msgstore_pb2.DeleteRequest(key=pb_key(step.key), epoch=step.epoch,
-                                             reason=step.reason)
+        request = msgstore_pb2.DeleteRequest(
+            key=pb_key(step.key), epoch=step.epoch, reason=step.reason
+        )
         state: msgstore_pb2.QueueState = await self._call(
-            "msgstore", "Delete", self.msgstore.Delete, request)
+            "msgstore", "Delete", self.msgstore.Delete, request
+        )
         if state.error:
-            raise self._refuse("Delete", state.error)
+            raise self._refuse("Delete", state)
         return state
 
     async def put_meta(self, ops: list[gossip_pb2.MetaOp]) -> None:
         await self._call("gossip", "Put", self.gossip.Put, gossip_pb2.PutRequest(ops=ops))
 
     async def close(self) -> None:
-        await self._msgstore_channel.close()
-        await self._gossip_channel.close()
+        await self._msgstore_channel.close(None)
+        await self._gossip_channel.close(None)

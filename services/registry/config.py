@@ -16,20 +16,39 @@ from typing import Any
 from services.common.settings import Setting
 
 SETTINGS: list[Setting] = [
-    Setting("registry.takeover_timeout", "duration", "5s",
-            "How long a CONNECT that takes over a live session waits for the old connection "
-            "to report it has closed (and flushed its store writes) before going ahead anyway.",
-            minimum=0.01, maximum=300),
-    Setting("registry.rpc_timeout", "duration", "5s",
-            "Deadline of each call to the msgstore and gossip services; a call that misses it "
-            "fails the CONNECT with reason 0x88 (server unavailable).",
-            minimum=0.01, maximum=300),
-    Setting("registry.expiry_check_interval", "duration", "1s",
-            "How often offline sessions are checked for expiry (the expiry resolution).",
-            minimum=0.01, maximum=3600),
-    Setting("registry.map_size", "size", "1GB",
-            "Largest size of the registry's session table on disk (LMDB map size).",
-            minimum=1024 * 1024),
+    Setting(
+        "registry.takeover_timeout",
+        "duration",
+        "5s",
+        "How long a CONNECT that takes over a live session waits for the old connection "
+        "to report it has closed (and flushed its store writes) before going ahead anyway.",
+        minimum=0.01,
+        maximum=300,
+    ),
+    Setting(
+        "registry.rpc_timeout",
+        "duration",
+        "5s",
+        "Deadline of each call to the msgstore and gossip services; a call that misses it "
+        "fails the CONNECT with reason 0x88 (server unavailable).",
+        minimum=0.01,
+        maximum=300,
+    ),
+    Setting(
+        "registry.expiry_check_interval",
+        "duration",
+        "1s",
+        "How often offline sessions are checked for expiry (the expiry resolution).",
+        minimum=0.01,
+        maximum=3600,
+    ),
+    Setting(
+        "registry.map_size",
+        "size",
+        "1GB",
+        "Largest size of the registry's session table on disk (LMDB map size).",
+        minimum=1024 * 1024,
+    ),
 ]
 
 NEVER = 0xFFFFFFFF

@@ -33,7 +33,7 @@ from services.registry.sessions import Session
 _EPOCH_KEY = b"m:epoch"
 
 
-class StoreError(Exception):
+class StoreError(OSError):
     """The table could not be read or written (disk full, map full, I/O error)."""
 
 
@@ -66,8 +66,13 @@ class SessionStore:
         try:
             path.mkdir(parents=True, exist_ok=True)
             self._env = lmdb.open(
-                str(path), map_size=map_size, subdir=True, sync=True, metasync=True,
-                max_dbs=0, readahead=False,
+                str(path),
+                map_size=map_size,
+                subdir=True,
+                sync=True,
+                metasync=True,
+                max_dbs=0,
+                readahead=False,
             )
         except (lmdb.Error, OSError) as exc:
             raise StoreError(f"cannot open {path}: {exc}") from exc
@@ -154,12 +159,13 @@ class Journal:
             ops.append(Reserve(reserve))
         try:
             await asyncio.to_thread(self._store.apply, ops)
-        except StoreError as exc:
+        except Exception as exc:  # a dead journal would hang every caller: tell them all
+            error = exc if isinstance(exc, StoreError) else StoreError(f"journal: {exc!r}")
             self._dirty |= keys  # written by the next transaction that succeeds
             self._reserve = max(self._reserve, reserve)
             for fut in waiters:
                 if not fut.done():
-                    fut.set_exception(exc)
+                    fut.set_exception(error)
             return
         for fut in waiters:
             if not fut.done():

@@ -59,7 +59,9 @@ class WatchHub:
     def listeners(self) -> list[str]:
         return sorted(self._watchers)
 
-    async def stream(self, listener_id: str, node: str) -> AsyncIterator[registry_pb2.RegistryCommand]:
+    async def stream(
+        self, listener_id: str, node: str
+    ) -> AsyncIterator[registry_pb2.RegistryCommand]:
         """Commands for one listener until it goes away, is replaced, or the hub closes."""
         watcher = Watcher(listener_id, node)
         old = self._watchers.get(listener_id)

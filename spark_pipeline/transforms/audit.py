@@ -46,12 +46,16 @@ EXPECT_SCHEMA = T.StructType(
 
 
 def publisher_order(events: DataFrame) -> DataFrame:
-    """Every published message once (first line wins) with its ``pub_seq``."""
-    pub = of_event(events, "message.published").where(F.col("msg_id").isNotNull())
-    first = Window.partitionBy("msg_id").orderBy("_lk")
-    pub = pub.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1)
+    """Every published message once (its first line wins) with its ``pub_seq``."""
+    first = (
+        of_event(events, "message.published")
+        .where(F.col("msg_id").isNotNull())
+        .groupBy("msg_id")
+        .agg(F.min(F.struct("_lk", "client_id", "topic", "qos", "ts")).alias("_p"))
+        .select("msg_id", "_p.*")
+    )
     order = Window.partitionBy("client_id").orderBy("_lk")
-    return pub.select(
+    return first.select(
         "msg_id",
         F.col("client_id").alias("publisher"),
         "topic",
@@ -125,19 +129,32 @@ def expected_pairs(
     return derived.unionByName(expected_from_filters(audited, expectations)).distinct()
 
 
-def delivery_audit(events: DataFrame, expectations: DataFrame | None = None) -> DataFrame:
-    """One row per audited (message, subscriber) pair with its verdicts."""
-    pub = publisher_order(events)
-    audited = pub.where(F.col("qos") >= 1)
-    pairs = delivery_pairs(events).join(
-        pub.select("msg_id", F.col("qos").alias("_pqos")), "msg_id", "left"
+def audit_events(events: DataFrame, expectations: DataFrame | None = None) -> DataFrame:
+    """``delivery_audit`` straight from the events frame."""
+    return delivery_audit(
+        publisher_order(events), delivery_pairs(events), acks(events), expectations
     )
+
+
+def delivery_audit(
+    pub: DataFrame,
+    pairs: DataFrame,
+    acked: DataFrame,
+    expectations: DataFrame | None = None,
+) -> DataFrame:
+    """One row per audited (message, subscriber) pair with its verdicts.
+
+    Inputs are ``publisher_order``, ``delivery_pairs`` and ``acks`` of the same events
+    (separate so that a job can persist the first two: each is read several times).
+    """
+    audited = pub.where(F.col("qos") >= 1)
+    pairs = pairs.join(pub.select("msg_id", F.col("qos").alias("_pqos")), "msg_id", "left")
     pairs = pairs.where(F.col("_pqos").isNull() | (F.col("_pqos") >= 1)).drop("_pqos")
     expected = expected_pairs(audited, pairs, expectations).withColumn("_exp", F.lit(True))
     rows = (
         pairs.join(expected, PAIR, "full_outer")
         .join(pub, "msg_id", "left")
-        .join(acks(events), PAIR, "left")
+        .join(acked, PAIR, "left")
     )
     delivered = F.coalesce(F.col("deliveries"), F.lit(0)) > 0
     published = F.col("pub_seq").isNotNull()

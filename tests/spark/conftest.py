@@ -2,6 +2,8 @@
 
 Spark is configured here rather than by silencing warnings: two local cores, four
 shuffle partitions, no web UI, no console progress bar, loopback only, log level ERROR.
+The frames are tiny, so per-query overhead dominates: whole-stage code generation
+(a compile per query) and adaptive execution (a job per query stage) are switched off.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ TEST_CONF = {
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
 }
 
 

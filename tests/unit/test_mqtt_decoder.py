@@ -110,7 +110,9 @@ def test_connect_sets_version_once() -> None:
     # later packets follow MQTT 5 rules: a PUBACK with a reason code is legal
     assert decoder.feed(H("40 03 0001 10")) == [Puback(1, 0x10)]
     # a second CONNECT (a protocol error the session reports) does not switch versions
-    assert decoder.feed(encode(Connect("MQTT", 4, True, 0, "c"), 4))[0].protocol_version == 4
+    assert decoder.feed(encode(Connect("MQTT", 4, True, 0, "c"), 4)) == [
+        Connect("MQTT", 4, True, 0, "c")
+    ]
     assert decoder.protocol_version == 5
 
 

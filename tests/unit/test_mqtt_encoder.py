@@ -40,7 +40,6 @@ def common(version: int) -> list[Packet]:
         Connect(name, version, False, 65535, "é", Will("w/t", b"\x00\xff", 2, True), "u", b""),
         Connect(name, version, True, 5, "c", None, "user", b"pass"),
         Connack(False, 0),
-        Connack(True, 0),
         Publish("a/b/c", b"data", 0, True),
         Publish("a", b"", 1, False, True, 1),
         Publish("$SYS/x", b"\x00" * 70000, 2, False, False, 65535),
@@ -58,6 +57,7 @@ def common(version: int) -> list[Packet]:
 
 
 V3_ONLY: list[Packet] = [Connack(False, 5), Unsuback(10)]
+V4_ON: list[Packet] = [Connack(True, 0)]
 
 V5_ONLY: list[Packet] = [
     Connect(
@@ -149,8 +149,8 @@ V5_ONLY: list[Packet] = [
 
 CASES = (
     [(3, p) for p in common(3) + V3_ONLY]
-    + [(4, p) for p in common(4) + V3_ONLY]
-    + [(5, p) for p in common(5) + V5_ONLY]
+    + [(4, p) for p in common(4) + V3_ONLY + V4_ON]
+    + [(5, p) for p in common(5) + V4_ON + V5_ONLY]
 )
 
 
@@ -209,6 +209,10 @@ MISUSE: list[tuple[str, Packet, int]] = [
 def test_misuse_raises_encode_error(packet: Packet, version: int) -> None:
     with pytest.raises(EncodeError):
         encode(packet, version)
+
+
+def test_v31_connack_has_no_session_present_flag() -> None:
+    assert encode(Connack(True, 0), 3) == bytes.fromhex("20 02 00 00")
 
 
 def test_encode_rejects_non_packets() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.listener.mqtt._wire import encode_varint, read_varint
 from services.listener.mqtt.decoder import Decoder
 from services.listener.mqtt.encoder import encode
 from services.listener.mqtt.errors import MQTTError
@@ -41,10 +42,10 @@ from services.listener.mqtt.types import (
 
 T = PacketType
 P = PropertyId
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12)
-level = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00/+#"), max_size=6)
+text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
+level = st.text(st.characters(codec="utf-8", exclude_characters="\x00/+#"), max_size=6)
 topic_name = st.lists(level, min_size=1, max_size=4).map("/".join).filter(bool)
 blob = st.binary(max_size=24)
 u16 = st.integers(0, 0xFFFF)
@@ -171,7 +172,7 @@ def subscription(draw: st.DrawFn, version: int) -> Subscription:
 
 def packets(version: int) -> st.SearchStrategy[Packet]:
     v = version
-    acks = [
+    acks: list[st.SearchStrategy[Packet]] = [
         st.builds(cls, packet_id, code(v, ptype), props(v, ptype))
         for cls, ptype in ((Puback, T.PUBACK), (Pubrec, T.PUBREC), (Pubrel, T.PUBREL),
                            (Pubcomp, T.PUBCOMP))
@@ -183,7 +184,9 @@ def packets(version: int) -> st.SearchStrategy[Packet]:
     connack_code = code(v, T.CONNACK) if v == 5 else st.integers(0, 5)
     options: list[st.SearchStrategy[Packet]] = [
         connect(v),
-        st.builds(Connack, st.booleans(), connack_code, props(v, T.CONNACK)),
+        st.builds(
+            Connack, st.booleans() if v > 3 else st.just(False), connack_code, props(v, T.CONNACK)
+        ),
         publish(v),
         *acks,
         st.builds(
@@ -214,8 +217,9 @@ def packets(version: int) -> st.SearchStrategy[Packet]:
     return st.one_of(options)
 
 
+PACKETS = {v: packets(v) for v in (3, 4, 5)}
 versioned_packets = st.sampled_from([3, 4, 5]).flatmap(
-    lambda v: st.tuples(st.just(v), st.lists(packets(v), min_size=1, max_size=5))
+    lambda v: st.tuples(st.just(v), st.lists(PACKETS[v], min_size=1, max_size=5))
 )
 
 
@@ -253,7 +257,7 @@ def _decode_only_mqtt_errors(decoder: Decoder, data: bytes, version: int) -> Non
         assert _decoder(again).feed(encode(pkt, again)) == [pkt]
 
 
-@FUZZ
+@settings(FUZZ, max_examples=500)
 @given(st.sampled_from([None, 3, 4, 5]), st.none() | st.integers(2, 64), st.binary(max_size=200))
 def test_random_bytes_raise_only_mqtt_errors(
     version: int | None, max_size: int | None, data: bytes
@@ -287,3 +291,43 @@ def test_mutated_frames_raise_only_mqtt_errors(
             else:
                 del data[i]
     _decode_only_mqtt_errors(_decoder(version), bytes(data), version)
+
+
+mutation_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["set", "insert", "delete", "truncate", "flags"]),
+        st.integers(0),
+        st.integers(0, 255),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@FUZZ
+@given(versioned_packets, st.integers(0), mutation_ops)
+def test_mutated_bodies_with_consistent_length_raise_only_mqtt_errors(
+    case: tuple[int, list[Packet]], which: int, mutations: list[tuple[str, int, int]]
+) -> None:
+    """Mutate one packet's body and fix its Remaining Length, so parsers see the damage."""
+    version, pkts = case
+    frames = [encode(p, version) for p in pkts]
+    k = which % len(frames)
+    victim = frames[k]
+    first, (_length, start) = victim[0], read_varint(victim, 1, len(victim))
+    body = bytearray(victim[start:])
+    for op, index, value in mutations:
+        i = index % (len(body) + 1)
+        if op == "insert":
+            body.insert(i, value)
+        elif op == "flags":
+            first = (first & 0xF0) | (value & 0x0F)
+        elif op == "truncate":
+            del body[i:]
+        elif i < len(body):
+            if op == "set":
+                body[i] = value
+            else:
+                del body[i]
+    frames[k] = bytes((first,)) + encode_varint(len(body)) + bytes(body)
+    _decode_only_mqtt_errors(_decoder(version), b"".join(frames), version)

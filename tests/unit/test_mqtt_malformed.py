@@ -249,3 +249,15 @@ def test_valid_neighbours_of_malformed_cases() -> None:
     assert packets == [Connect("MQTT", 5, False, 60, "", password=b"pw")]
     # 3.1.1 accepts an empty client id with clean session
     assert Decoder().feed(connect(0x02, s(""))) == [Connect("MQTT", 4, True, 60, "")]
+
+
+def test_property_cache_keeps_packet_type_rules() -> None:
+    """A block valid (and cached) for PUBLISH is still refused where it is not allowed."""
+    block = H("05 02 0000003C")  # Message Expiry Interval 60
+    d5 = Decoder()
+    d5.protocol_version = 5
+    expected = Publish("a", b"hi", properties=Properties(message_expiry_interval=60))
+    assert d5.feed(pub5(block[1:])) == [expected]
+    assert d5.feed(pub5(block[1:])) == [expected]
+    with pytest.raises(MalformedPacket):
+        d5.feed(H("40 09 0001 00") + block)

@@ -43,9 +43,7 @@ def nonempty(s: str) -> bool:
     return s != ""
 
 
-topics = st.lists(st.sampled_from(["a", "b", "", "$s"]), min_size=1, max_size=4).map(
-    "/".join
-)
+topics = st.lists(st.sampled_from(["a", "b", "", "$s"]), min_size=1, max_size=4).map("/".join)
 topics = topics.filter(nonempty)
 # Few distinct levels and subscribers, so that overlaps are frequent.
 filters = st.tuples(
@@ -163,7 +161,7 @@ def instantiate(topic_filter: str, data: st.DataObject) -> str:
     return "/".join(out) or "a"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(ops, st.lists(topics, max_size=3), st.data())
 def test_trie_matches_brute_force(
     operations: list[Add | Remove | RemoveAll], published: list[str], data: st.DataObject
@@ -177,9 +175,9 @@ def test_trie_matches_brute_force(
     if live:
         targets = data.draw(st.lists(st.sampled_from(live), max_size=4))
         published = published + [instantiate(f, data) for _, f in targets]
-    publisher = data.draw(st.one_of(st.none(), sids, *([st.sampled_from(live)] if live else [])))
-    if isinstance(publisher, tuple) and isinstance(publisher[0], tuple):
-        publisher = publisher[0]  # a subscription was drawn: its subscriber publishes
+    # often a subscriber publishes, so No Local matters
+    subscribers: list[SubscriberId | None] = [sid for sid, _ in live]
+    publisher = data.draw(st.one_of(st.none(), sids, st.sampled_from(subscribers or [None])))
     for mountpoint in ("", "m"):
         for topic in published:
             result = trie.match(mountpoint, topic, publisher=publisher)
@@ -203,7 +201,7 @@ def test_trie_matches_brute_force(
     assert node_count(trie) == node_count(fresh)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(filters, topics)
 def test_topic_matches_agrees_with_reference(topic_filter: str, topic: str) -> None:
     assert topic_matches(topic_filter, topic) is ref_match(topic_filter, topic)
@@ -214,7 +212,7 @@ retained_ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(retained_ops, st.lists(filters, min_size=1, max_size=6))
 def test_retained_matches_brute_force(
     operations: list[tuple[bool, str, str, int]], queries: list[str]

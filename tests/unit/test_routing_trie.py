@@ -117,9 +117,7 @@ def test_subscriptions_of_is_a_copy_and_items_lists_everything() -> None:
     subs = trie.subscriptions_of(A)
     subs.clear()
     assert trie.subscriptions_of(A) == {"x": Q0, "$share/g/x": Q1}
-    assert sorted(trie.items()) == sorted(
-        [(A, "x", Q0), (A, "$share/g/x", Q1), (B, "y/#", Q2)]
-    )
+    assert sorted(trie.items()) == sorted([(A, "x", Q0), (A, "$share/g/x", Q1), (B, "y/#", Q2)])
 
 
 def test_remove_all() -> None:

@@ -24,20 +24,24 @@ from services.gossip.engines.base import StoreFull, WriteBatch
 
 class LmdbEngine:
     def __init__(self, path: Path, map_size: int) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        """Open (or create) the store; :class:`OSError` with the path if that fails."""
         self.path = path
-        self._env = lmdb.open(
-            str(path),
-            map_size=map_size,
-            max_dbs=2,
-            subdir=True,
-            sync=True,
-            metasync=True,
-            readahead=False,
-            max_readers=16,
-        )
-        self._records = self._env.open_db(b"records")
-        self._meta = self._env.open_db(b"meta")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            self._env = lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_dbs=2,
+                subdir=True,
+                sync=True,
+                metasync=True,
+                readahead=False,
+                max_readers=16,
+            )
+            self._records = self._env.open_db(b"records")
+            self._meta = self._env.open_db(b"meta")
+        except lmdb.Error as exc:
+            raise OSError(f"cannot open the metadata store in {path}: {exc}") from exc
 
     def records(self) -> Iterator[bytes]:
         with self._env.begin(db=self._records, buffers=False) as txn:

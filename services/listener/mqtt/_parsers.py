@@ -19,22 +19,15 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from . import _wire as w
-from .errors import (
-    ClientIdRejected,
-    MalformedPacket,
-    MQTTError,
-    ProtocolError,
-    TopicNameInvalid,
-    UnsupportedProtocolVersion,
-)
-from .properties import WILL, decode_properties
+from ._connect import parse_connect
+from .errors import MalformedPacket, ProtocolError, TopicNameInvalid
+from .properties import decode_properties
 from .rules import V3_CONNACK_CODES, V3_SUBACK_CODES, V5_REASON_CODES
 from .topics import parse_shared, validate_topic_filter
 from .types import (
     NO_PROPERTIES,
     Auth,
     Connack,
-    Connect,
     Disconnect,
     Packet,
     PacketType,
@@ -51,7 +44,6 @@ from .types import (
     Subscription,
     Unsuback,
     Unsubscribe,
-    Will,
 )
 
 Parser = Callable[[int, bytes, int, int, int], Packet]
@@ -88,10 +80,7 @@ def _new_publish(
     return pkt
 
 
-_PROTOCOLS = {("MQIsdp", 3), ("MQTT", 4), ("MQTT", 5)}
-
-
-def _end_check(pos: int, end: int, what: str) -> None:
+def end_check(pos: int, end: int, what: str) -> None:
     if pos != end:
         raise MalformedPacket(f"{end - pos} trailing bytes after {what}")
 
@@ -111,70 +100,13 @@ def _reason(code: int, ptype: PacketType) -> int:
     return code
 
 
-def parse_connect(flags: int, data: bytes, pos: int, end: int, version: int) -> Connect:
-    """CONNECT carries its own version; errors past the level byte are tagged with it."""
-    name, pos = w.read_str(data, pos, end)
-    level, pos = w.read_u8(data, pos, end)
-    if (name, level) not in _PROTOCOLS:
-        err = UnsupportedProtocolVersion(f"protocol {name!r} level {level} [MQTT-3.1.2-2]")
-        err.protocol_version = level if level in (3, 4, 5) else None
-        raise err
-    try:
-        return _connect_body(name, level, data, pos, end)
-    except MQTTError as err:
-        err.protocol_version = level
-        raise
-
-
-def _connect_body(name: str, level: int, data: bytes, pos: int, end: int) -> Connect:
-    cflags, pos = w.read_u8(data, pos, end)
-    if cflags & 0x01:
-        raise MalformedPacket("CONNECT reserved flag set [MQTT-3.1.2-3]")
-    clean = bool(cflags & 0x02)
-    has_will = bool(cflags & 0x04)
-    will_qos = (cflags >> 3) & 0x03
-    will_retain = bool(cflags & 0x20)
-    has_password = bool(cflags & 0x40)
-    has_username = bool(cflags & 0x80)
-    if will_qos == 3:
-        raise MalformedPacket("will QoS 3 [MQTT-3.1.2-14]")
-    if not has_will and (will_qos or will_retain):
-        raise MalformedPacket("will QoS/retain without will flag [MQTT-3.1.2-13,15]")
-    if has_password and not has_username and level < 5:
-        raise MalformedPacket("password without user name [MQTT-3.1.2-22]")
-    keepalive, pos = w.read_u16(data, pos, end)
-    props = NO_PROPERTIES
-    if level == 5:
-        props, pos = decode_properties(data, pos, end, PacketType.CONNECT)
-        if props.authentication_data is not None and props.authentication_method is None:
-            raise ProtocolError("authentication data without authentication method")
-    client_id, pos = w.read_str(data, pos, end)
-    if not client_id and (level == 3 or (level == 4 and not clean)):
-        raise ClientIdRejected("empty client identifier [MQTT-3.1.3-8]")
-    will = None
-    if has_will:
-        will_props = NO_PROPERTIES
-        if level == 5:
-            will_props, pos = decode_properties(data, pos, end, WILL)
-        topic, pos = w.read_str(data, pos, end)
-        if not topic or "+" in topic or "#" in topic:
-            raise TopicNameInvalid(f"invalid will topic {topic!r}")
-        payload, pos = w.read_bin(data, pos, end)
-        will = Will(topic, payload, will_qos, will_retain, will_props)
-    username = password = None
-    if has_username:
-        username, pos = w.read_str(data, pos, end)
-    if has_password:
-        password, pos = w.read_bin(data, pos, end)
-    _end_check(pos, end, "CONNECT")
-    return Connect(name, level, clean, keepalive, client_id, will, username, password, props)
-
-
 def parse_connack(flags: int, data: bytes, pos: int, end: int, version: int) -> Connack:
     if pos + 2 > end:
         raise MalformedPacket("truncated CONNACK")
     ack_flags, code = data[pos], data[pos + 1]
-    if ack_flags & 0xFE:
+    if version == 3:
+        ack_flags = 0  # 3.1: the whole byte is reserved and unused, no session present
+    elif ack_flags & 0xFE:
         raise MalformedPacket("CONNACK reserved flags set [MQTT-3.2.2-1]")
     pos += 2
     props = NO_PROPERTIES
@@ -183,7 +115,7 @@ def parse_connack(flags: int, data: bytes, pos: int, end: int, version: int) -> 
         props, pos = decode_properties(data, pos, end, PacketType.CONNACK)
     elif code not in V3_CONNACK_CODES:
         raise MalformedPacket(f"CONNACK return code {code}")
-    _end_check(pos, end, "CONNACK")
+    end_check(pos, end, "CONNACK")
     return Connack(bool(ack_flags), code, props)
 
 
@@ -240,7 +172,7 @@ def _ack_parser(cls: type[Puback | Pubrec | Pubrel | Pubcomp], ptype: PacketType
         if size == 3:
             return cls(packet_id, code)
         props, pos = decode_properties(data, pos + 3, end, ptype)
-        _end_check(pos, end, ptype.name)
+        end_check(pos, end, ptype.name)
         return cls(packet_id, code, props)
 
     return parse_ack
@@ -316,7 +248,7 @@ def parse_unsubscribe(flags: int, data: bytes, pos: int, end: int, version: int)
 def parse_unsuback(flags: int, data: bytes, pos: int, end: int, version: int) -> Unsuback:
     packet_id, pos = _packet_id(data, pos, end)
     if version != 5:
-        _end_check(pos, end, "UNSUBACK")
+        end_check(pos, end, "UNSUBACK")
         return Unsuback(packet_id)
     props, pos = decode_properties(data, pos, end, PacketType.UNSUBACK)
     codes = tuple(_reason(code, PacketType.UNSUBACK) for code in data[pos:end])
@@ -326,24 +258,24 @@ def parse_unsuback(flags: int, data: bytes, pos: int, end: int, version: int) ->
 
 
 def parse_pingreq(flags: int, data: bytes, pos: int, end: int, version: int) -> Pingreq:
-    _end_check(pos, end, "PINGREQ")
+    end_check(pos, end, "PINGREQ")
     return Pingreq()
 
 
 def parse_pingresp(flags: int, data: bytes, pos: int, end: int, version: int) -> Pingresp:
-    _end_check(pos, end, "PINGRESP")
+    end_check(pos, end, "PINGRESP")
     return Pingresp()
 
 
 def parse_disconnect(flags: int, data: bytes, pos: int, end: int, version: int) -> Disconnect:
     if version != 5 or pos == end:
-        _end_check(pos, end, "DISCONNECT")
+        end_check(pos, end, "DISCONNECT")
         return Disconnect()
     code = _reason(data[pos], PacketType.DISCONNECT)
     if pos + 1 == end:
         return Disconnect(code)
     props, pos = decode_properties(data, pos + 1, end, PacketType.DISCONNECT)
-    _end_check(pos, end, "DISCONNECT")
+    end_check(pos, end, "DISCONNECT")
     return Disconnect(code, props)
 
 
@@ -356,7 +288,7 @@ def parse_auth(flags: int, data: bytes, pos: int, end: int, version: int) -> Aut
     if pos + 1 == end:
         return Auth(code)
     props, pos = decode_properties(data, pos + 1, end, PacketType.AUTH)
-    _end_check(pos, end, "AUTH")
+    end_check(pos, end, "AUTH")
     return Auth(code, props)
 
 

@@ -171,7 +171,9 @@ def _connect(p: Connect, version: int) -> bytes:
 def _connack(p: Connack, version: int) -> bytes:
     if version != 5 and p.reason_code not in V3_CONNACK_CODES:
         raise EncodeError(f"3.1.1 CONNACK return code {p.reason_code}")
-    head = bytes((1 if p.session_present else 0,)) + w.encode_u8(p.reason_code)
+    # 3.1 has no session present flag: its first CONNACK byte is reserved
+    present = 1 if p.session_present and version != 3 else 0
+    head = bytes((present,)) + w.encode_u8(p.reason_code)
     return _frame(0x20, head + _props(p.properties, T.CONNACK, version))
 
 

@@ -16,6 +16,7 @@ Maximum (0x21) = 10 and Maximum QoS (0x24) = 1.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from . import _wire as w
@@ -165,6 +166,28 @@ ALLOWED: dict[int, frozenset[int]] = {
     ),
 }
 
+# Properties are built by slot setters, not the frozen dataclass __init__ (one
+# object.__setattr__ per field for 27 fields): 2-3x faster on the PUBLISH path.
+_SLOTS = tuple((getattr(Properties, f.name).__set__, f.name, f.default) for f in fields(Properties))
+_object_new = object.__new__
+
+
+def _build(values: dict[str, Any]) -> Properties:
+    """Same as ``Properties(**values)`` for valid field names, at a fraction of the cost."""
+    props: Properties = _object_new(Properties)
+    get = values.get
+    for setter, name, default in _SLOTS:
+        setter(props, get(name, default))
+    return props
+
+
+# Publishers tend to repeat the same property block (content type, user properties,
+# expiry), so valid small blocks map to their (immutable) decoded value. Bounded:
+# cleared when full; only blocks that decoded without error are stored.
+_CACHE: dict[tuple[int, bytes], Properties] = {}
+_CACHE_MAX_BLOCK = 256
+_CACHE_MAX_ENTRIES = 4096
+
 # Encoding order: ascending identifier, which is also the field order of ``Properties``.
 _ORDER = sorted(_SPECS.items())
 
@@ -181,6 +204,19 @@ def decode_properties(data: bytes, pos: int, end: int, ptype: int) -> tuple[Prop
     stop = pos + length
     if stop > end:
         raise MalformedPacket("property block overruns the packet")
+    if length > _CACHE_MAX_BLOCK:
+        return _parse(data, pos, stop, ptype), stop
+    key = (ptype, data[pos:stop])
+    props = _CACHE.get(key)
+    if props is None:
+        props = _parse(data, pos, stop, ptype)
+        if len(_CACHE) >= _CACHE_MAX_ENTRIES:
+            _CACHE.clear()
+        _CACHE[key] = props
+    return props, stop
+
+
+def _parse(data: bytes, pos: int, stop: int, ptype: int) -> Properties:
     allowed = ALLOWED[ptype]
     values: dict[str, Any] = {}
     users: list[tuple[str, str]] = []
@@ -212,7 +248,7 @@ def decode_properties(data: bytes, pos: int, end: int, ptype: int) -> tuple[Prop
         values["user_properties"] = tuple(users)
     if sub_ids:
         values["subscription_identifiers"] = tuple(sub_ids)
-    return Properties(**values), pos
+    return _build(values)
 
 
 def encode_properties(props: Properties, ptype: int) -> bytes:

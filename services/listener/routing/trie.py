@@ -314,7 +314,7 @@ class SubscriptionTrie:
         kept: Match | None = None
         for table in tables:
             m = table.get(publisher)
-            if m is None:
+            if m is None or opts[m.filters[0]].no_local:
                 continue
             kept = m if kept is None else _merge(kept, m)
         if kept is None:

@@ -85,6 +85,12 @@ class WriteTxn(ReadTxn):
         """Delete every key in ``[start, end)``; return how many."""
 
     @abstractmethod
+    def fill(self) -> float:
+        """The fraction of the store's capacity that live data uses as of this transaction
+        (0.0 when unlimited). Callers keep a reserve below 1.0: in LMDB even deleting
+        needs free pages, so a store filled to the brim could not be drained."""
+
+    @abstractmethod
     def commit(self) -> None:
         """Make the changes visible (and, depending on the engine's mode, written)."""
 

@@ -72,7 +72,10 @@ class _LmdbRead(ReadTxn):
             raise StoreError(f"no sub-database {db!r}") from None
 
     def get(self, db: str, key: bytes) -> bytes | None:
-        value: bytes | None = _call("get", self._txn.get, key, db=self._db(db))
+        try:
+            value: bytes | None = self._txn.get(key, db=self._engine._dbs[db])
+        except lmdb.Error as exc:
+            raise _translate(exc, "get") from exc
         return value
 
     def scan(
@@ -109,11 +112,18 @@ class _LmdbRead(ReadTxn):
 class _LmdbWrite(_LmdbRead, WriteTxn):
     _done = False
 
+    # put, pop and get are the hot path: no helper calls, the dict lookup inline.
     def put(self, db: str, key: bytes, value: bytes) -> None:
-        _call("put", self._txn.put, key, value, db=self._db(db))
+        try:
+            self._txn.put(key, value, db=self._engine._dbs[db])
+        except lmdb.Error as exc:
+            raise _translate(exc, "put") from exc
 
     def pop(self, db: str, key: bytes) -> bytes | None:
-        old: bytes | None = _call("delete", self._txn.pop, key, db=self._db(db))
+        try:
+            old: bytes | None = self._txn.pop(key, db=self._engine._dbs[db])
+        except lmdb.Error as exc:
+            raise _translate(exc, "delete") from exc
         return old
 
     def delete_range(self, db: str, start: bytes, end: bytes) -> int:
@@ -131,6 +141,19 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
             cursor.close()
         return count
 
+    def fill(self) -> float:
+        """Pages of every B-tree (the main one too) over the map's pages; pages on LMDB's
+        free list count as free, as LMDB reuses them before growing the file."""
+        txn, engine = self._txn, self._engine
+        pages = 0
+        try:
+            for db in (engine._main, *engine._dbs.values()):
+                st = txn.stat(db)
+                pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+        except lmdb.Error as exc:
+            raise _translate(exc, "stat") from exc
+        return pages / engine._capacity_pages
+
     def commit(self) -> None:
         self._done = True  # LMDB frees the transaction whether the commit succeeds or not
         _call("commit", self._txn.commit)
@@ -141,13 +164,20 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
             _call("abort", self._txn.abort)
 
 
+# Below this, one transaction's copy-on-write pages are a large share of the map and the
+# append reserve (``ops.APPEND_FILL_LIMIT``) no longer guarantees that acks can drain it.
+MIN_MAP_SIZE = 1024 * 1024
+
+
 class LmdbEngine(Engine):
-    """An LMDB environment in ``path`` with the named sub-databases ``dbs``."""
+    """An LMDB environment in ``path`` with the named sub-databases ``dbs``; ``map_size``
+    is raised to :data:`MIN_MAP_SIZE` if smaller."""
 
     def __init__(
         self, path: str | Path, dbs: Iterable[str], map_size: int, ordered_sync: bool
     ) -> None:
         names = list(dbs)
+        map_size = max(map_size, MIN_MAP_SIZE)
         Path(path).mkdir(parents=True, exist_ok=True)
         try:
             self._env = lmdb.open(
@@ -160,8 +190,11 @@ class LmdbEngine(Engine):
                 max_spare_txns=4,
             )
             self._dbs = {name: self._env.open_db(name.encode(), create=True) for name in names}
+            self._main = self._env.open_db(None)
+            info, page = self._env.info(), self._env.stat()["psize"]
         except lmdb.Error as exc:
             raise _translate(exc, f"opening {path}") from exc
+        self._capacity_pages = max(1, info["map_size"] // page - 2)  # two meta pages
         self.path = Path(path)
         self._closed = False
 

@@ -122,6 +122,10 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
             self.pop(db, key)
         return len(doomed)
 
+    def fill(self) -> float:
+        limit = self._engine.limit_bytes
+        return self._engine._used / limit if limit else 0.0
+
     def commit(self) -> None:
         self._check()
         self._finish()

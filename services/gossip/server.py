@@ -1,0 +1,146 @@
+"""The gossip service process: open the store, serve gRPC, commit, collect, stop.
+
+Start-up: lock ``data_dir/gossip/`` (one gossip process per data directory), open
+LMDB and load every record into memory, then serve ``Gossip`` and ``Admin`` on
+``gossip.address``. Shutdown (``stop`` set): end the Watch streams, let in-flight RPCs
+finish for a short grace, commit whatever Puts are queued, close the store. All disk
+work runs on one dedicated thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from services.common import grpcutil, service
+from services.common.config import Config
+from services.common.metrics import Registry
+from services.gossip.commit import CommitError, Committer, ShuttingDown, load_store
+from services.gossip.config import GossipSettings
+from services.gossip.engines.lmdb_engine import LmdbEngine
+from services.gossip.hub import WatchHub
+from services.gossip.metrics import GossipMetrics
+from services.gossip.servicer import GossipServicer
+from services.gossip.store import MetaStore, Txn
+from services.pb import common_pb2_grpc, gossip_pb2_grpc
+
+GRACE_S = 1.0
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _lock(path: Path) -> int:
+    """An exclusive lock on the store directory, released by the kernel even on SIGKILL."""
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OSError(f"another gossip process is using {path}") from None
+    return fd
+
+
+async def serve(config: Config, stop: asyncio.Event) -> None:
+    settings = GossipSettings.from_config(config)
+    path = Path(config["data_dir"]) / "gossip"
+    lock_fd = _lock(path)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gossip-store")
+    loop = asyncio.get_running_loop()
+    try:
+        engine = await loop.run_in_executor(executor, LmdbEngine, path, settings.map_size)
+        try:
+            store = MetaStore(config["nodename"])
+            await loop.run_in_executor(executor, load_store, store, engine)
+            await _serve(config, settings, store, engine, executor, stop)
+        finally:
+            await loop.run_in_executor(executor, engine.close)
+    finally:
+        executor.shutdown(wait=True)
+        os.close(lock_fd)
+
+
+async def _serve(
+    config: Config,
+    settings: GossipSettings,
+    store: MetaStore,
+    engine: LmdbEngine,
+    executor: ThreadPoolExecutor,
+    stop: asyncio.Event,
+) -> None:
+    node = config["nodename"]
+    hub = WatchHub()
+    registry = Registry()
+    metrics = GossipMetrics(registry, store, watchers=lambda: len(hub))
+    committer = Committer(
+        store,
+        engine,
+        executor,
+        max_batch=settings.max_batch,
+        clock_us=now_us,
+        on_commit=hub.publish,
+        metrics=metrics,
+    )
+    committer.start()
+
+    def details() -> dict[str, Any]:
+        return {
+            "keys": {p: store.count(p) for p in store.resolvers},
+            "tombstones": store.tombstone_count(),
+            "watchers": len(hub),
+            "dot_floor": store.dot_floor,
+        }
+
+    server = grpcutil.create_server()
+    gossip_pb2_grpc.add_GossipServicer_to_server(
+        GossipServicer(store, committer, hub, settings, metrics), server
+    )
+    common_pb2_grpc.add_AdminServicer_to_server(
+        grpcutil.AdminServicer("gossip", node, registry, details, ready=lambda: True), server
+    )
+    address = grpcutil.service_address(config, "gossip")
+    grpcutil.bind(server, address)
+    await server.start()
+    gc_task = asyncio.create_task(_collect_garbage(committer, settings, metrics, stop))
+    service.started(address)
+    try:
+        await stop.wait()
+    finally:
+        hub.close()
+        await server.stop(GRACE_S)
+        await gc_task
+        await committer.close()
+
+
+async def _collect_garbage(
+    committer: Committer, settings: GossipSettings, metrics: GossipMetrics, stop: asyncio.Event
+) -> None:
+    """Every ``gc_interval``, remove tombstones older than ``tombstone_ttl``."""
+    ttl = settings.tombstone_ttl_s
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), settings.gc_interval_s)
+            return
+        except TimeoutError:
+            pass
+        if ttl is None:
+            continue
+        try:
+            collected = await committer.submit(partial(_gc, min_age_us=int(ttl * 1e6)))
+        except ShuttingDown:
+            return
+        except CommitError:
+            continue  # already logged as store.error; try again next round
+        metrics.gc_collected.inc(collected)
+
+
+def _gc(txn: Txn, min_age_us: int) -> int:
+    return txn.collect_garbage(min_age_us)

@@ -1,0 +1,211 @@
+"""gRPC ``MsgStore``: protobuf <-> queue core, nothing more.
+
+A Stream is two halves: a reader task submits each incoming batch to the committer as
+soon as it arrives (so one listener's batches pipeline into group commits), and the
+response generator awaits the futures in arrival order and sends each result, so
+results leave in request order. At most ``inflight`` batches per stream wait for their
+result; past that the reader stops reading and gRPC flow control pushes back.
+
+Messages are stored as serialized ``Delivery`` bytes and parsed again only on Read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from services.common import log
+from services.msgstore.committer import Committer
+from services.msgstore.engines.base import StoreError
+from services.msgstore.model import (
+    Ack,
+    Append,
+    AppendResult,
+    AppendStatus,
+    BatchResult,
+    DeleteQueue,
+    Mark,
+    MarkKind,
+    OpenQueue,
+    QueueState,
+    Result,
+    SessionId,
+    WriteBatch,
+)
+from services.msgstore.queue import QueueStore
+from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
+
+STREAM_INFLIGHT = 256
+
+
+def _sid(key: common_pb2.SessionKey) -> SessionId:
+    return (key.mountpoint, key.client_id)
+
+
+def batch_from_pb(batch: msgstore_pb2.StoreBatch) -> WriteBatch:
+    """Raises ValueError for a mark kind this store does not know."""
+    appends = []
+    for a in batch.appends:  # the hot loop: one message per subscriber of a publish
+        key = a.key
+        appends.append(
+            Append((key.mountpoint, key.client_id), a.epoch, a.delivery.SerializeToString())
+        )
+    return WriteBatch(
+        batch.batch_id,
+        tuple(appends),
+        tuple(Ack(_sid(a.key), a.epoch, tuple(a.seqs), a.delivered_upto) for a in batch.acks),
+        tuple(Mark(_sid(m.key), m.epoch, MarkKind(m.kind), m.id, m.set) for m in batch.marks),
+    )
+
+
+def result_to_pb(result: BatchResult) -> msgstore_pb2.StoreBatchResult:
+    reply = msgstore_pb2.StoreBatchResult(
+        batch_id=result.batch_id, error=result.error, stale_acks=result.stale_acks
+    )
+    add = reply.results.add
+    for status, seq in result.results:
+        add(status=status, seq=seq)
+    return reply
+
+
+def state_to_pb(state: QueueState) -> msgstore_pb2.QueueState:
+    mountpoint, client_id = state.session
+    return msgstore_pb2.QueueState(
+        key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
+        exists=state.exists,
+        epoch=state.epoch,
+        last_seq=state.last_seq,
+        acked=state.acked,
+        count=state.count,
+        delivered_upto=state.delivered_upto,
+        inbound_qos2=state.inbound_qos2,
+        outbound_pubrel=state.outbound_pubrel,
+        error=state.error,
+    )
+
+
+def _log_queued(batch: msgstore_pb2.StoreBatch, result: BatchResult) -> None:
+    for append, res in zip(batch.appends, result.results, strict=True):
+        if res.status == AppendStatus.OK:
+            log.emit(
+                "message.queued",
+                msg_id=append.delivery.msg.msg_id,
+                client_id=append.key.client_id,
+                mountpoint=append.key.mountpoint,
+                seq=res.seq,
+                epoch=append.epoch,
+                qos=append.delivery.qos,
+            )
+
+
+class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
+    def __init__(self, store: QueueStore, committer: Committer, inflight: int = STREAM_INFLIGHT):
+        self.store = store
+        self.committer = committer
+        self.inflight = inflight
+        self.streams = 0
+
+    async def Stream(
+        self, request_iterator: AsyncIterator[msgstore_pb2.StoreBatch], context: Any
+    ) -> AsyncIterator[msgstore_pb2.StoreBatchResult]:
+        waiting: asyncio.Queue[tuple[msgstore_pb2.StoreBatch, asyncio.Future[Result]] | None]
+        waiting = asyncio.Queue()
+        slots = asyncio.Semaphore(self.inflight)
+        reader = asyncio.create_task(self._read(request_iterator, waiting, slots))
+        self.streams += 1
+        try:
+            while (item := await waiting.get()) is not None:
+                batch, future = item
+                result = await future
+                slots.release()
+                assert isinstance(result, BatchResult)
+                if log.message_events_enabled():
+                    _log_queued(batch, result)
+                yield result_to_pb(result)
+            await reader  # re-raises what ended the request stream, if it failed
+        finally:
+            self.streams -= 1
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+
+    async def _read(
+        self,
+        requests: AsyncIterator[msgstore_pb2.StoreBatch],
+        waiting: asyncio.Queue[tuple[msgstore_pb2.StoreBatch, asyncio.Future[Result]] | None],
+        slots: asyncio.Semaphore,
+    ) -> None:
+        try:
+            async for batch in requests:
+                await slots.acquire()
+                try:
+                    future = self.committer.submit(batch_from_pb(batch))
+                except ValueError as exc:  # refused before it reaches the store
+                    future = asyncio.get_running_loop().create_future()
+                    refused = [AppendResult(AppendStatus.STORE_ERROR)] * len(batch.appends)
+                    future.set_result(BatchResult(batch.batch_id, refused, f"invalid batch: {exc}"))
+                waiting.put_nowait((batch, future))
+        finally:
+            waiting.put_nowait(None)
+
+    async def Open(
+        self, request: msgstore_pb2.OpenRequest, context: Any
+    ) -> msgstore_pb2.QueueState:
+        job = OpenQueue(
+            _sid(request.key), request.epoch, request.create, request.clean, request.max_len
+        )
+        state = await self.committer.submit(job)
+        assert isinstance(state, QueueState)
+        if state.created:
+            mountpoint, client_id = state.session
+            log.emit("queue.created", client_id=client_id, mountpoint=mountpoint, epoch=state.epoch)
+        return state_to_pb(state)
+
+    async def Delete(
+        self, request: msgstore_pb2.DeleteRequest, context: Any
+    ) -> msgstore_pb2.QueueState:
+        state = await self.committer.submit(
+            DeleteQueue(_sid(request.key), request.epoch, request.reason)
+        )
+        assert isinstance(state, QueueState)
+        if state.deleted:
+            mountpoint, client_id = state.session
+            reason = request.reason or "deleted"
+            log.emit("queue.deleted", client_id=client_id, mountpoint=mountpoint, reason=reason)
+        return state_to_pb(state)
+
+    async def Read(self, request: msgstore_pb2.ReadRequest, context: Any) -> msgstore_pb2.ReadReply:
+        sid = _sid(request.key)
+        try:
+            found = await asyncio.to_thread(
+                self.store.read, sid, request.epoch, request.after_seq, request.max_entries
+            )
+        except StoreError as exc:
+            log.emit("store.error", "warning", op="read", reason=str(exc))
+            return msgstore_pb2.ReadReply(state=state_to_pb(QueueState(sid, error=str(exc))))
+        reply = msgstore_pb2.ReadReply(state=state_to_pb(found.state))
+        for seq, data in found.entries:
+            entry = reply.entries.add(seq=seq)
+            entry.delivery.MergeFromString(data)
+        return reply
+
+    async def Stats(
+        self, request: msgstore_pb2.StatsRequest, context: Any
+    ) -> msgstore_pb2.StatsReply:
+        try:
+            stats = await asyncio.to_thread(self.store.stats, request.max_queues)
+        except StoreError as exc:
+            log.emit("store.error", "warning", op="stats", reason=str(exc))
+            totals = self.store.totals
+            return msgstore_pb2.StatsReply(
+                queues=totals.queues, entries=totals.entries, bytes=totals.bytes
+            )
+        return msgstore_pb2.StatsReply(
+            queues=stats.queues,
+            entries=stats.entries,
+            bytes=stats.bytes,
+            top=[state_to_pb(s) for s in stats.top],
+        )

@@ -1,0 +1,370 @@
+"""Running the session table: per-id serialisation, takeover waits, store and gossip calls.
+
+The pure :mod:`services.registry.sessions` decides; this module executes its steps in
+order with I/O. Registrations of one client id run one at a time under a per-id lock
+(FIFO, so the last CONNECT wins). A Disconnected never takes that lock to update the
+table: a Register holding it may be waiting for exactly that Disconnected (the answer to
+its takeover). Cleanup I/O after a Disconnected or an expiry does take the lock and
+re-checks the epoch, so it can never delete what a newer registration just created.
+
+Every change reaches the disk (:class:`services.registry.store.Journal`) before the RPC
+that caused it answers, and an epoch is reserved on disk before it leaves the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+
+from services.common import log
+from services.common.metrics import Registry
+from services.pb import gossip_pb2, registry_pb2
+from services.registry.backends import BackendError, Backends
+from services.registry.config import RegistryConfig
+from services.registry.leadership import SessionKey, View, decide, replicas
+from services.registry.records import directory_ops, pb_key
+from services.registry.sessions import (
+    US,
+    Connect,
+    DeleteQueue,
+    NotifyTakeover,
+    OpenQueue,
+    PublishSession,
+    Session,
+    SessionTable,
+    Step,
+    end_steps,
+)
+from services.registry.store import Journal, StoreError
+from services.registry.watchers import WatchHub
+
+EPOCH_BLOCK = 1024  # epochs reserved on disk per write
+EXPIRE_BATCH = 1000  # sessions expired per tick at most
+RETRY_US = 5 * US  # a failed cleanup is tried again after this
+RECOVERY_BATCH = 500  # directory records per gossip Put at start-up
+
+RC_UNSPECIFIED = 0x80
+RC_CLIENT_ID_INVALID = 0x85
+RC_SERVER_UNAVAILABLE = 0x88
+
+
+def wall_clock_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterResult:
+    ok: bool
+    epoch: int = 0
+    session_present: bool = False
+    persistent: bool = False
+    reason: str = ""
+    reason_code: int = 0
+
+
+class KeyedLocks:
+    """One FIFO lock per session key, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[SessionKey, tuple[asyncio.Lock, list[int]]] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: SessionKey) -> AsyncIterator[None]:
+        entry = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        entry[1][0] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1][0] -= 1
+            if entry[1][0] == 0:
+                del self._locks[key]
+
+
+class Registrar:
+    def __init__(
+        self,
+        cfg: RegistryConfig,
+        table: SessionTable,
+        journal: Journal,
+        backends: Backends,
+        hub: WatchHub,
+        metrics: Registry,
+        clock: Callable[[], int] = wall_clock_us,
+    ) -> None:
+        self.cfg = cfg
+        self.table = table
+        self.journal = journal
+        self.backends = backends
+        self.hub = hub
+        self.clock = clock
+        self.view = View.single(cfg.node)
+        self.reserved = 0  # every epoch at or below this is reserved on disk
+        self._locks = KeyedLocks()
+        self._waiters: dict[tuple[SessionKey, int], asyncio.Event] = {}
+        self._registrations = metrics.counter(
+            "registry_registrations_total", "Register calls by result.", ["result"]
+        )
+        self._takeovers = metrics.counter("registry_takeovers_total", "Sessions taken over.")
+        self._takeover_timeouts = metrics.counter(
+            "registry_takeover_timeouts_total",
+            "Takeovers that went ahead without the old connection's Disconnected.",
+        )
+        self._stale = metrics.counter(
+            "registry_stale_disconnects_total", "Disconnected reports for a replaced epoch."
+        )
+        self._expired = metrics.counter("registry_sessions_expired_total", "Sessions expired.")
+        metrics.gauge("registry_sessions", "Sessions in the table.", fn=lambda: len(table))
+        metrics.gauge("registry_sessions_online", "Sessions online.", fn=lambda: table.online)
+
+    # -- registration -------------------------------------------------------------
+
+    async def register(self, c: Connect) -> RegisterResult:
+        decision = decide(self.view, c.key, self.cfg.allow_register_during_netsplit)
+        if not decision.act:
+            self._registrations.labels("refused").inc()
+            return RegisterResult(False, reason=decision.reason, reason_code=RC_SERVER_UNAVAILABLE)
+        # Shielded: once begun, a registration completes even if the caller goes away, so
+        # the table never stops half-way between a takeover and its commit.
+        result = await asyncio.shield(self._register(c))
+        self._registrations.labels("ok" if result.ok else "failed").inc()
+        return result
+
+    async def _register(self, c: Connect) -> RegisterResult:
+        async with self._locks.hold(c.key):
+            plan = self.table.plan_register(c, self.clock())
+            epoch = plan.session.epoch
+            try:
+                await self._reserve(epoch)
+                for step in plan.steps():
+                    await self._execute(step)
+            except BackendError as exc:
+                self.table.raise_epoch(exc.store_epoch)
+                return RegisterResult(False, reason=str(exc), reason_code=RC_SERVER_UNAVAILABLE)
+            except StoreError as exc:
+                return self._store_failed("register", exc)
+            self.table.commit(plan)
+            try:
+                await self.journal.sync(c.key)
+            except StoreError as exc:
+                # Not durable, so not live: no later CONNECT may wait on this connection.
+                self.table.disconnected(c.key, epoch, None, self.clock())
+                return self._store_failed("register", exc)
+            return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
+
+    async def _reserve(self, epoch: int) -> None:
+        if epoch > self.reserved:
+            target = epoch + EPOCH_BLOCK
+            await self.journal.sync(reserve=target)
+            self.reserved = max(self.reserved, target)
+
+    def _store_failed(self, op: str, exc: StoreError) -> RegisterResult:
+        log.emit("store.error", "error", op=f"registry.{op}", reason=str(exc))
+        return RegisterResult(False, reason=f"session table: {exc}", reason_code=RC_UNSPECIFIED)
+
+    async def _execute(self, step: Step) -> None:
+        if isinstance(step, NotifyTakeover):
+            await self._takeover(step)
+        elif isinstance(step, OpenQueue):
+            await self.backends.open_queue(step)
+        elif isinstance(step, DeleteQueue):
+            await self.backends.delete_queue(step)
+        else:
+            await self._publish(step)
+
+    async def _publish(self, step: PublishSession) -> None:
+        await self.backends.put_meta(self._directory_ops(step))
+
+    def _directory_ops(self, step: PublishSession) -> list[gossip_pb2.MetaOp]:
+        owner = step.session.node if step.session is not None else self.cfg.node
+        nodes = replicas(step.key, owner, self.view.members, self.cfg.replication_factor)
+        return directory_ops(step.key, step.session, step.drop_subs, nodes)
+
+    async def _takeover(self, step: NotifyTakeover) -> None:
+        """Tell the old listener, then wait for its Disconnected, its stream's end, or time."""
+        old = self.table.get(step.key)
+        if old is None or old.epoch != step.old_epoch or not (old.online or old.recovered):
+            return  # it went away while this registration waited for the lock
+        command = registry_pb2.RegistryCommand(
+            takeover=registry_pb2.Takeover(
+                key=pb_key(step.key),
+                old_epoch=step.old_epoch,
+                new_epoch=step.new_epoch,
+                new_node=step.new_node,
+            )
+        )
+        done = asyncio.Event()
+        self._waiters[(step.key, step.old_epoch)] = done
+        try:
+            watcher = self.hub.send(step.listener_id, command)
+            if watcher is None and not old.online:
+                return  # recovered after a restart, and its listener is gone: nothing to close
+            self._takeovers.inc()
+            log.emit(
+                "session.takeover",
+                client_id=step.key[1],
+                mountpoint=step.key[0],
+                old_node=old.node,
+                new_node=step.new_node,
+                epoch=step.new_epoch,
+            )
+            if watcher is None:
+                log.emit(
+                    "rpc.failed",
+                    "warning",
+                    target=f"listener:{step.listener_id}",
+                    method="Takeover",
+                    code="UNAVAILABLE",
+                    reason="the listener has no Watch stream",
+                )
+                return
+            answered = await _first(done, watcher.closed, self.cfg.takeover_timeout)
+            if not answered:
+                self._takeover_timeouts.inc()
+                log.emit(
+                    "rpc.failed",
+                    "warning",
+                    target=f"listener:{step.listener_id}",
+                    method="Takeover",
+                    code="DEADLINE_EXCEEDED",
+                    reason=f"no Disconnected within {self.cfg.takeover_timeout:g}s; going ahead",
+                )
+        finally:
+            if self._waiters.get((step.key, step.old_epoch)) is done:
+                del self._waiters[(step.key, step.old_epoch)]
+
+    # -- disconnection and expiry -------------------------------------------------
+
+    async def disconnected(self, key: SessionKey, epoch: int, session_expiry: int | None) -> bool:
+        """Record that the connection of ``epoch`` ended; False when the report is stale."""
+        session = self.table.disconnected(key, epoch, session_expiry, self.clock())
+        if session is None:
+            self._stale.inc()
+            return False
+        waiter = self._waiters.pop((key, epoch), None)
+        if waiter is not None:
+            waiter.set()  # the waiting registration decides what becomes of the old state
+        try:
+            await self.journal.sync(key)
+        except StoreError as exc:
+            log.emit("store.error", "error", op="registry.disconnected", reason=str(exc))
+        if waiter is not None:
+            return True
+        if session.persistent:
+            await self._publish_offline(session)
+        else:
+            with suppress(BackendError):  # logged; the expiry timer tries again
+                await self._end(session, "session ended")
+        return True
+
+    async def _publish_offline(self, session: Session) -> None:
+        async with self._locks.hold(session.key):
+            current = self.table.get(session.key)
+            if current is None or current.epoch != session.epoch or current.online:
+                return
+            # A failure is logged (rpc.failed); the directory catches up at the next change.
+            with suppress(BackendError):
+                await self._publish(PublishSession(current.key, current, drop_subs=False))
+
+    async def _end(self, session: Session, reason: str) -> bool:
+        """Delete an offline session's queue, subscriptions and record, then forget it.
+
+        False when the session was replaced or came back meanwhile. On a BackendError the
+        session stays, due again after ``RETRY_US``.
+        """
+        async with self._locks.hold(session.key):
+            current = self.table.get(session.key)
+            if current is None or current.epoch != session.epoch or current.online:
+                return False  # replaced or back online meanwhile
+            try:
+                for step in end_steps(current, reason):
+                    await self._execute(step)
+            except BackendError:
+                self.table.retry_at(current, self.clock() + RETRY_US)
+                raise
+            self.table.forget(current.key, current.epoch)
+            try:
+                await self.journal.sync(current.key)
+            except StoreError as exc:
+                log.emit("store.error", "error", op="registry.forget", reason=str(exc))
+            return True
+
+    async def expire_due(self) -> int:
+        """Expire the sessions whose time has come; how many were deleted."""
+        now = self.clock()
+        count = 0
+        due = self.table.due(now, EXPIRE_BATCH)
+        for i, s in enumerate(due):
+            if not decide(self.view, s.key, self.cfg.allow_register_during_netsplit).act:
+                self.table.retry_at(s, now + RETRY_US)
+                continue
+            reason = "expired" if s.persistent else "session ended"
+            try:
+                if not await self._end(s, reason):
+                    continue
+            except BackendError:
+                # The msgstore or gossip is down: the rest waits too, instead of each
+                # spending a full rpc_timeout now.
+                for rest in due[i + 1 :]:
+                    self.table.retry_at(rest, now + RETRY_US)
+                break
+            count += 1
+            if s.persistent:
+                self._expired.inc()
+                log.emit("session.expired", client_id=s.key[1], mountpoint=s.key[0], reason=reason)
+                self.hub.broadcast(registry_pb2.RegistryCommand(expire=pb_key(s.key)))
+        return count
+
+    async def run_expiry(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.expire_due()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.cfg.expiry_check_interval)
+
+    # -- start-up -----------------------------------------------------------------
+
+    async def recover(self, sessions: list[Session], reserved: int) -> None:
+        """Rebuild the table from disk; sessions that were online are now offline.
+
+        Their directory records are corrected before the registry serves, so a later
+        registration's record cannot be overwritten by this one.
+        """
+        self.reserved = reserved
+        self.table.raise_epoch(reserved)
+        recovered = self.table.load(sessions, self.clock())
+        if not recovered:
+            return
+        await self.journal.sync(*(s.key for s in recovered))
+        persistent = [s for s in recovered if s.persistent]
+        for start in range(0, len(persistent), RECOVERY_BATCH):
+            ops = []
+            for s in persistent[start : start + RECOVERY_BATCH]:
+                ops.extend(self._directory_ops(PublishSession(s.key, s, drop_subs=False)))
+            try:
+                await self.backends.put_meta(ops)
+            except BackendError:
+                return  # logged; gossip is not up, each record is rewritten at its next change
+
+    def details(self) -> dict[str, object]:
+        return {
+            "sessions": len(self.table),
+            "online": self.table.online,
+            "epoch": self.table.epoch,
+            "watchers": self.hub.listeners(),
+        }
+
+
+async def _first(done: asyncio.Event, closed: asyncio.Event, timeout: float) -> bool:
+    """Wait for either event; False on timeout."""
+    tasks = {asyncio.ensure_future(done.wait()), asyncio.ensure_future(closed.wait())}
+    try:
+        finished, _ = await asyncio.wait(
+            tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+    return bool(finished)

@@ -1,0 +1,105 @@
+"""The Registry gRPC servicer: protobuf in, :class:`Registrar` calls, protobuf out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from services.pb import registry_pb2, registry_pb2_grpc
+from services.registry.records import from_pb_key, to_info
+from services.registry.registrar import RC_CLIENT_ID_INVALID, Registrar
+from services.registry.sessions import Connect
+from services.registry.watchers import WatchHub
+
+MAX_LISTED = 100_000  # Sessions with limit 0 lists at most this many
+
+
+class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc]
+    def __init__(self, registrar: Registrar, hub: WatchHub) -> None:
+        self.registrar = registrar
+        self.hub = hub
+
+    async def Register(
+        self, request: registry_pb2.RegisterRequest, context: Any
+    ) -> registry_pb2.RegisterReply:
+        """Make a new connection the live session of its client id.
+
+        What the listener sends:
+
+        - ``session_expiry``: MQTT 5: the CONNECT's Session Expiry Interval (0 if absent);
+          the registry caps it at ``max_session_expiry_interval``. MQTT 3.1/3.1.1:
+          0 for clean_session=true, 0xFFFFFFFF for clean_session=false — the registry then
+          applies ``persistent_client_expiration``.
+        - ``clean_start``: MQTT 5 Clean Start, or the 3.1/3.1.1 clean_session flag.
+        - ``max_offline_messages``: 0 = the node's ``max_offline_messages``.
+
+        The reply comes after any old connection of the id was told to close (Takeover
+        on its listener's Watch stream) and answered with Disconnected, or after
+        ``registry.takeover_timeout``; and after the queue was opened with the new epoch
+        (``persistent``: the session has a queue in the msgstore and must use ``epoch``
+        for every write) or deleted. ``session_present`` follows MQTT: a persistent,
+        unexpired session existed and clean_start was false. When ``ok`` is false,
+        ``reason_code`` is the MQTT 5 CONNACK reason (0x88 server unavailable when the
+        msgstore or gossip did not answer; 3.1.1 listeners send return code 3).
+        """
+        if not request.key.client_id:
+            return registry_pb2.RegisterReply(
+                ok=False, reason="empty client id", reason_code=RC_CLIENT_ID_INVALID
+            )
+        result = await self.registrar.register(
+            Connect(
+                key=from_pb_key(request.key),
+                node=request.node or self.registrar.cfg.node,
+                listener_id=request.listener_id,
+                clean_start=request.clean_start,
+                session_expiry=request.session_expiry,
+                proto_ver=request.proto_ver,
+                peer=request.peer,
+                username=request.username,
+                max_offline_messages=request.max_offline_messages,
+            )
+        )
+        return registry_pb2.RegisterReply(
+            ok=result.ok,
+            epoch=result.epoch,
+            session_present=result.session_present,
+            reason=result.reason,
+            reason_code=result.reason_code,
+            persistent=result.persistent,
+        )
+
+    async def Disconnected(
+        self, request: registry_pb2.DisconnectedRequest, context: Any
+    ) -> registry_pb2.DisconnectedReply:
+        """A connection ended. Also the answer to a Takeover command.
+
+        ``epoch`` is the one its Register returned; a report for an older epoch is
+        ignored. ``session_expiry`` is the session's expiry now, in Register's encoding
+        (the CONNECT value unless an MQTT 5 DISCONNECT changed it; MQTT 3 values are not
+        read). A listener told to take over a connection it no longer has must still
+        answer with Disconnected(key, old_epoch, taken_over=true): the new CONNECT is
+        waiting for it. ``ok`` is false when the report was stale.
+        """
+        ok = await self.registrar.disconnected(
+            from_pb_key(request.key), request.epoch, request.session_expiry
+        )
+        return registry_pb2.DisconnectedReply(ok=ok)
+
+    async def Watch(
+        self, request: registry_pb2.WatchRequest, context: Any
+    ) -> AsyncIterator[registry_pb2.RegistryCommand]:
+        """Commands for one listener process; a newer stream with its id replaces this one.
+
+        Initial metadata goes out at once so the listener knows the stream is established
+        (it drops its connections when a stream is re-established after a registry restart).
+        """
+        await context.send_initial_metadata(())
+        async for command in self.hub.stream(request.listener_id, request.node):
+            yield command
+
+    async def Sessions(
+        self, request: registry_pb2.SessionsRequest, context: Any
+    ) -> registry_pb2.SessionsReply:
+        limit = min(request.limit or MAX_LISTED, MAX_LISTED)
+        found = self.registrar.table.find(request.client_id, limit)
+        return registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])

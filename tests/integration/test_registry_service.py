@@ -1,0 +1,475 @@
+"""The real registry process against fake msgstore and gossip servers (real gRPC, unix sockets).
+
+The fakes record every call in one ordered log shared with the test, so the order of
+events across services (a takeover's Disconnected before the new queue Open) is checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from services.common.events import unknown_fields
+from services.pb import (
+    common_pb2,
+    common_pb2_grpc,
+    gossip_pb2,
+    gossip_pb2_grpc,
+    msgstore_pb2,
+    msgstore_pb2_grpc,
+    registry_pb2,
+    registry_pb2_grpc,
+)
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+NEVER = 0xFFFFFFFF
+TIMEOUT = 10.0
+
+
+@dataclass
+class CallLog:
+    """Every call the fakes received, plus markers the test adds, in arrival order."""
+
+    entries: list[tuple[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    fail_open: bool = False
+
+    def add(self, name: str, request: Any) -> None:
+        with self.lock:
+            self.entries.append((name, request))
+
+    def names(self) -> list[str]:
+        with self.lock:
+            return [n for n, _ in self.entries]
+
+    def of(self, name: str) -> list[Any]:
+        with self.lock:
+            return [r for n, r in self.entries if n == name]
+
+    def index(self, pred: Callable[[str, Any], bool]) -> int:
+        with self.lock:
+            return next(i for i, (n, r) in enumerate(self.entries) if pred(n, r))
+
+
+class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
+    def __init__(self, calls: CallLog) -> None:
+        self.calls = calls
+
+    def Open(self, request: Any, context: Any) -> Any:
+        self.calls.add("Open", request)
+        if self.calls.fail_open:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "fake store is down")
+        return msgstore_pb2.QueueState(key=request.key, exists=True, epoch=request.epoch)
+
+    def Delete(self, request: Any, context: Any) -> Any:
+        self.calls.add("Delete", request)
+        return msgstore_pb2.QueueState(key=request.key, exists=False, epoch=request.epoch)
+
+
+class FakeGossip(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
+    def __init__(self, calls: CallLog) -> None:
+        self.calls = calls
+
+    def Put(self, request: Any, context: Any) -> Any:
+        for op in request.ops:
+            self.calls.add("Put", op)
+        return gossip_pb2.PutReply(applied=len(request.ops))
+
+
+def meta_key(cid: str, mp: str = "") -> bytes:
+    return f"{mp}\0{cid}".encode()
+
+
+def session_records(calls: CallLog, cid: str) -> list[Any]:
+    """The sessions records written for a client id (None for a deletion), in order."""
+    out: list[Any] = []
+    for op in calls.of("Put"):
+        if op.prefix == "sessions" and op.key == meta_key(cid):
+            out.append(None if op.delete else gossip_pb2.SessionRecord.FromString(op.value))
+    return out
+
+
+def subs_deleted(calls: CallLog, cid: str) -> int:
+    return sum(
+        1 for op in calls.of("Put") if op.prefix == "subs" and op.key == meta_key(cid) and op.delete
+    )
+
+
+def wait_for(pred: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Watch:
+    """A listener's Watch stream, read by a thread into a queue."""
+
+    def __init__(
+        self, stub: Any, listener_id: str, answer: Callable[[Any], None] | None = None
+    ) -> None:
+        self.commands: queue.Queue[Any] = queue.Queue()
+        self._answer = answer
+        self._call = stub.Watch(registry_pb2.WatchRequest(listener_id=listener_id, node="n"))
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for command in self._call:
+                self.commands.put(command)
+                if self._answer is not None:
+                    self._answer(command)
+        except grpc.RpcError as exc:
+            if exc.code() not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE):
+                self.commands.put(exc)
+
+    def next(self, timeout: float = TIMEOUT) -> Any:
+        return self.commands.get(timeout=timeout)
+
+    def close(self) -> None:
+        self._call.cancel()
+        self._thread.join(TIMEOUT)
+
+
+class Node:
+    """Fake msgstore and gossip servers plus the registry process under test."""
+
+    def __init__(self, base: Path, **settings: str) -> None:
+        self.base = base
+        self.calls = CallLog()
+        self.fakes = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        msgstore_pb2_grpc.add_MsgStoreServicer_to_server(FakeMsgStore(self.calls), self.fakes)
+        gossip_pb2_grpc.add_GossipServicer_to_server(FakeGossip(self.calls), self.fakes)
+        self.fakes.add_insecure_port(f"unix:{base}/msgstore.sock")
+        self.fakes.add_insecure_port(f"unix:{base}/gossip.sock")
+        self.fakes.start()
+        conf = {
+            "nodename": "t1@127.0.0.1",
+            "data_dir": f"{base}/data",
+            "log_dir": f"{base}/log",
+            "log.console": "off",
+            "registry.address": f"unix:{base}/registry.sock",
+            "msgstore.address": f"unix:{base}/msgstore.sock",
+            "gossip.address": f"unix:{base}/gossip.sock",
+            "registry.takeover_timeout": "3s",
+            "registry.rpc_timeout": "2s",
+            "registry.expiry_check_interval": "100ms",
+            **settings,
+        }
+        self.conf = base / "ternmq.conf"
+        self.conf.write_text("".join(f"{k} = {v}\n" for k, v in conf.items()))
+        self.channel = grpc.insecure_channel(f"unix:{base}/registry.sock")
+        self.stub = registry_pb2_grpc.RegistryStub(self.channel)
+        self.admin = common_pb2_grpc.AdminStub(self.channel)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.watches: list[Watch] = []
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.registry", "--config", str(self.conf)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.base / "stderr.txt", "ab"),  # noqa: SIM115
+        )
+
+        def ready() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, self.stderr()
+            try:
+                return bool(self.admin.Status(common_pb2.StatusRequest(), timeout=1).ready)
+            except grpc.RpcError:
+                return False
+
+        wait_for(ready, "the registry to serve")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(TIMEOUT)
+        for w in self.watches:
+            w.close()
+        self.watches.clear()
+
+    def stderr(self) -> str:
+        return (self.base / "stderr.txt").read_text(errors="replace")
+
+    def watch(self, listener_id: str, answer: bool = False) -> Watch:
+        """Open a Watch stream; with ``answer`` it acts as a listener and answers takeovers."""
+
+        def answer_takeover(command: Any) -> None:
+            if command.WhichOneof("command") == "takeover":
+                t = command.takeover
+                self.calls.add(f"test:Disconnected:{t.old_epoch}", None)
+                self.disconnected(t.key.client_id, t.old_epoch, listener_id, taken_over=True)
+
+        w = Watch(self.stub, listener_id, answer_takeover if answer else None)
+        self.watches.append(w)
+        wait_for(lambda: listener_id in self.details()["watchers"], f"{listener_id}'s Watch")
+        return w
+
+    def details(self) -> dict[str, Any]:
+        status = self.admin.Status(common_pb2.StatusRequest(), timeout=TIMEOUT)
+        return dict(json.loads(status.json))
+
+    def register(self, cid: str, listener: str = "L1", **kw: Any) -> Any:
+        request = registry_pb2.RegisterRequest(
+            key=common_pb2.SessionKey(mountpoint="", client_id=cid),
+            node="t1@127.0.0.1",
+            listener_id=listener,
+            peer="127.0.0.1:40000",
+            **{"proto_ver": 4, "session_expiry": NEVER, "clean_start": False, **kw},
+        )
+        return self.stub.Register(request, timeout=TIMEOUT)
+
+    def disconnected(self, cid: str, epoch: int, listener: str = "L1", **kw: Any) -> bool:
+        request = registry_pb2.DisconnectedRequest(
+            key=common_pb2.SessionKey(client_id=cid), epoch=epoch, listener_id=listener, **kw
+        )
+        return bool(self.stub.Disconnected(request, timeout=TIMEOUT).ok)
+
+    def session(self, cid: str) -> Any:
+        found = self.stub.Sessions(registry_pb2.SessionsRequest(client_id=cid), timeout=TIMEOUT)
+        assert len(found.sessions) <= 1
+        return found.sessions[0] if found.sessions else None
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        path = self.base / "log" / "registry.jsonl"
+        if not path.exists():
+            return []
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return [e for e in lines if e["event"] == name]
+
+    def close(self) -> int | None:
+        """Stop gracefully (flushing the event log); the exit status, None if it hung."""
+        for w in self.watches:
+            w.close()
+        status = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                status = self.proc.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(TIMEOUT)
+        self.channel.close()
+        self.fakes.stop(None)
+        return status
+
+
+@pytest.fixture
+def make_node() -> Iterator[Callable[..., Node]]:
+    # Unix socket paths must stay short: use /tmp, not pytest's deep tmp_path.
+    base = Path(tempfile.mkdtemp(prefix="tmreg-", dir="/tmp"))
+    nodes: list[Node] = []
+
+    def make(**settings: str) -> Node:
+        node = Node(base, **settings)
+        nodes.append(node)
+        node.start()
+        return node
+
+    yield make
+    statuses = [node.close() for node in nodes]
+    assert statuses == [0] * len(nodes), (statuses, [n.stderr() for n in nodes])
+    for line in (base / "log" / "registry.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        fields = {k: v for k, v in event.items() if k != "event"}
+        assert unknown_fields(event["event"], fields) == [], event
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_register_takeover_and_disconnect(make_node: Callable[..., Node]) -> None:
+    node = make_node()
+    w1 = node.watch("L1")
+    first = node.register("c1", "L1")
+    assert first.ok and first.persistent and not first.session_present and first.epoch > 0
+    (open1,) = node.calls.of("Open")
+    assert (open1.epoch, open1.create, open1.clean) == (first.epoch, True, True)
+    assert open1.max_len == 1000  # the node's max_offline_messages
+    rec = session_records(node.calls, "c1")[-1]
+    assert (rec.node, rec.epoch, rec.online, rec.listener_id) == (
+        "t1@127.0.0.1",
+        first.epoch,
+        True,
+        "L1",
+    )
+    assert list(rec.replicas) == ["t1@127.0.0.1"]
+    assert subs_deleted(node.calls, "c1") == 1  # a new session starts without subscriptions
+
+    # A second CONNECT for c1 on L2: L1 is told, and the reply waits for L1's Disconnected.
+    result: dict[str, Any] = {}
+    second = threading.Thread(target=lambda: result.update(r=node.register("c1", "L2")))
+    second.start()
+    command = w1.next()
+    assert command.WhichOneof("command") == "takeover"
+    takeover = command.takeover
+    assert takeover.key.client_id == "c1" and takeover.old_epoch == first.epoch
+    assert takeover.new_epoch > first.epoch and takeover.new_node == "t1@127.0.0.1"
+    time.sleep(0.3)
+    assert second.is_alive() and len(node.calls.of("Open")) == 1
+    node.calls.add("test:Disconnected", None)
+    assert node.disconnected("c1", first.epoch, "L1", taken_over=True, session_expiry=NEVER)
+    second.join(TIMEOUT)
+    reply = result["r"]
+    assert reply.ok and reply.session_present and reply.persistent
+    assert reply.epoch == takeover.new_epoch
+    marker = node.calls.index(lambda n, _: n == "test:Disconnected")
+    reopen = node.calls.index(lambda n, r: n == "Open" and r.epoch == reply.epoch)
+    assert marker < reopen and not node.calls.of("Open")[-1].clean
+    assert subs_deleted(node.calls, "c1") == 1  # the session carried on: subscriptions kept
+    (event,) = wait_for(lambda: node.events("session.takeover"), "the takeover event")
+    assert event["client_id"] == "c1" and event["epoch"] == reply.epoch
+
+    # A late report from the replaced connection changes nothing.
+    assert not node.disconnected("c1", first.epoch, "L1", session_expiry=NEVER)
+    info = node.session("c1")
+    assert info.online and info.epoch == reply.epoch and info.listener_id == "L2"
+
+    # The new connection ends: the persistent session goes offline and is kept.
+    assert node.disconnected("c1", reply.epoch, "L2", session_expiry=NEVER)
+    info = node.session("c1")
+    assert not info.online and info.persistent and info.disconnected_us > 0
+    wait_for(lambda: not session_records(node.calls, "c1")[-1].online, "the offline record")
+    assert not node.calls.of("Delete")
+
+
+def test_takeover_goes_ahead_when_the_old_listener_never_answers(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node(**{"registry.takeover_timeout": "1s"})
+    w1 = node.watch("L1")
+    first = node.register("c1", "L1")
+    started = time.monotonic()
+    second = node.register("c1", "L2")
+    waited = time.monotonic() - started
+    assert second.ok and second.epoch > first.epoch and second.session_present
+    assert 0.9 <= waited < 3.0
+    assert w1.next().takeover.old_epoch == first.epoch
+    failed = wait_for(lambda: node.events("rpc.failed"), "the rpc.failed event")
+    assert failed[0]["method"] == "Takeover" and failed[0]["code"] == "DEADLINE_EXCEEDED"
+    # Without a Watch stream there is nobody to wait for.
+    started = time.monotonic()
+    third = node.register("c1", "L3")
+    assert third.ok and time.monotonic() - started < 0.9
+
+
+def test_clean_sessions_end_and_persistent_ones_expire(make_node: Callable[..., Node]) -> None:
+    node = make_node()
+    w = node.watch("L1")
+    clean = node.register("c2", proto_ver=5, session_expiry=0, clean_start=True)
+    assert clean.ok and not clean.persistent and not clean.session_present
+    (delete,) = node.calls.of("Delete")
+    assert delete.key.client_id == "c2" and delete.epoch == clean.epoch
+    assert node.disconnected("c2", clean.epoch, session_expiry=0)
+    assert node.session("c2") is None
+    assert len(node.calls.of("Delete")) == 2 and session_records(node.calls, "c2")[-1] is None
+    assert subs_deleted(node.calls, "c2") == 2
+
+    short = node.register("c3", proto_ver=5, session_expiry=1)
+    assert short.ok and short.persistent
+    assert node.disconnected("c3", short.epoch, session_expiry=1)
+    assert node.session("c3") is not None
+    command = w.next(timeout=5)
+    assert command.WhichOneof("command") == "expire" and command.expire.client_id == "c3"
+    assert node.session("c3") is None
+    gone = [d for d in node.calls.of("Delete") if d.key.client_id == "c3"]
+    assert [d.epoch for d in gone] == [short.epoch] and gone[0].reason == "expired"
+    assert session_records(node.calls, "c3")[-1] is None
+    (event,) = wait_for(lambda: node.events("session.expired"), "the session.expired event")
+    assert event["client_id"] == "c3"
+
+
+def test_store_failure_refuses_the_connect_and_the_registry_lives_on(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node()
+    node.calls.fail_open = True
+    refused = node.register("c5")
+    assert not refused.ok and refused.reason_code == 0x88 and "UNAVAILABLE" in refused.reason
+    assert node.session("c5") is None
+    failed = wait_for(lambda: node.events("rpc.failed"), "the rpc.failed event")
+    assert failed[0]["target"] == "msgstore" and failed[0]["method"] == "Open"
+    node.calls.fail_open = False
+    accepted = node.register("c5")
+    assert accepted.ok and accepted.epoch > 0
+
+
+def test_sigkill_and_restart_keep_sessions_and_epochs_growing(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node()
+    epochs = [node.register("c1").epoch for _ in range(3)]
+    epochs.append(node.register("c6", proto_ver=5, session_expiry=0).epoch)
+    assert epochs == sorted(set(epochs))
+    assert node.session("c1").online
+    node.kill()
+    node.start()
+    info = node.session("c1")
+    assert info is not None and not info.online and info.epoch == epochs[2]
+    # The recovered session's directory record was corrected before serving.
+    assert not session_records(node.calls, "c1")[-1].online
+    # The clean session that was online is ended by the restarted registry.
+    wait_for(lambda: node.session("c6") is None, "the ended clean session to be dropped")
+    again = node.register("c1")
+    assert again.ok and again.session_present and again.epoch > max(epochs)
+    fresh = node.register("c7")
+    assert fresh.epoch > again.epoch
+    # And once more, now that the reservation was written by this run.
+    node.kill()
+    node.start()
+    assert node.register("c1").epoch > fresh.epoch
+
+
+def test_concurrent_connects_for_one_id_are_serialised_and_the_last_wins(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node()
+    listeners = [f"L{i}" for i in range(6)]
+    watches = {name: node.watch(name, answer=True) for name in listeners}
+    replies: dict[str, Any] = {}
+    threads = [
+        threading.Thread(target=lambda n=name: replies.update({n: node.register("cc", n)}))
+        for name in listeners
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert all(r.ok for r in replies.values()) and len(replies) == len(listeners)
+    by_epoch = sorted(replies.items(), key=lambda item: item[1].epoch)
+    epochs = [r.epoch for _, r in by_epoch]
+    assert len(set(epochs)) == len(epochs)
+    # Each registration took over exactly the one before it, and only after its answer.
+    for (old_listener, old), (_, new) in itertools.pairwise(by_epoch):
+        command = watches[old_listener].next()
+        assert (command.takeover.old_epoch, command.takeover.new_epoch) == (old.epoch, new.epoch)
+        answered = node.calls.index(lambda n, _, e=old.epoch: n == f"test:Disconnected:{e}")
+        opened = node.calls.index(lambda n, r, e=new.epoch: n == "Open" and r.epoch == e)
+        assert answered < opened
+    last_listener, last = by_epoch[-1]
+    assert watches[last_listener].commands.empty()
+    info = node.session("cc")
+    assert info.online and info.epoch == last.epoch and info.listener_id == last_listener
+    assert [r.session_present for _, r in by_epoch] == [False] + [True] * (len(epochs) - 1)

@@ -1,0 +1,162 @@
+"""Starting and stopping real ternmq nodes for tests (real processes, loopback ports).
+
+A node is started with ``ternmq start`` in its own process group, so a test can kill
+the whole node (supervisor and services) with one ``killpg(SIGKILL)``, as an operator's
+``kill -9`` of a container would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+TERNMQ = str(VENV_BIN / "ternmq")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: object, timeout: float, interval: float = 0.05, what: str = "") -> None:
+    """Poll ``predicate`` until true; fail after ``timeout`` seconds (generous bounds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+@dataclass
+class Node:
+    base: Path
+    mqtt_port: int
+    http_port: int
+    settings: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def conf(self) -> Path:
+        return self.base / "ternmq.conf"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.base / "log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base / "data"
+
+    def write_conf(self) -> None:
+        lines = {
+            "nodename": f"test{self.mqtt_port}@127.0.0.1",
+            "data_dir": str(self.data_dir),
+            "log_dir": str(self.log_dir),
+            "listener.tcp.default": f"127.0.0.1:{self.mqtt_port}",
+            "listener.http.default": f"127.0.0.1:{self.http_port}",
+            "log.console": "off",
+            **self.settings,
+        }
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.conf.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
+
+    def start(self, wait: bool = True) -> None:
+        self.write_conf()
+        out = open(self.base / "node.out", "ab")  # noqa: SIM115 - lives as long as the node
+        self.proc = subprocess.Popen([TERNMQ, "start", "--config", str(self.conf)],
+                                     stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        if wait:
+            self.wait_healthy()
+
+    def health(self) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/health",
+                                        timeout=2) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            return 0
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        def ok() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"node exited with {self.proc.returncode}:\n"
+                                     + self.output())
+            return self.health() == 200
+
+        wait_for(ok, timeout, 0.1, "node /health 200")
+
+    def output(self) -> str:
+        path = self.base / "node.out"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def get_json(self, path: str) -> object:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}",
+                                    timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def get_text(self, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}",
+                                    timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def kill(self) -> None:
+        """SIGKILL the node's whole process group (supervisor and every service)."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        # children die with the group; make sure none lingers holding the store
+        wait_for(lambda: not _group_alive(self.proc.pid), 30, 0.1, "node group gone")
+
+    def stop(self, timeout: float = 20) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                raise AssertionError("node did not stop within timeout") from None
+        return int(self.proc.returncode)
+
+    def events(self, name: str | None = None) -> Iterator[dict[str, object]]:
+        """Every JSON event line in the node's logs (optionally one event name)."""
+        for path in sorted(self.log_dir.glob("*.jsonl*")):
+            for line in path.read_text(errors="replace").splitlines():
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                if name is None or rec.get("event") == name:
+                    yield rec
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def make_node(base: Path, **settings: str) -> Node:
+    return Node(base=base, mqtt_port=free_port(), http_port=free_port(), settings=settings)

@@ -1,0 +1,264 @@
+"""Group commit: gathering, batch limits, ordering, fsync policies, shutdown, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from services.common.metrics import Registry
+from services.msgstore.committer import Committer
+from services.msgstore.engines.base import WriteTxn
+from services.msgstore.engines.memory import MemoryEngine
+from services.msgstore.metrics import StoreMetrics
+from services.msgstore.model import (
+    Append,
+    AppendStatus,
+    BatchResult,
+    OpenQueue,
+    Result,
+    SessionId,
+    WriteBatch,
+)
+from services.msgstore.queue import DBS, QueueStore
+
+C1: SessionId = ("", "c1")
+
+
+def batch(batch_id: int, n: int = 1, data: bytes = b"m") -> WriteBatch:
+    return WriteBatch(batch_id, tuple(Append(C1, 1, data) for _ in range(n)))
+
+
+def seqs(result: Result) -> list[int]:
+    assert isinstance(result, BatchResult), result
+    return [r.seq for r in result.results]
+
+
+def run(
+    body: Callable[[Committer, MemoryEngine], Awaitable[None]],
+    engine: MemoryEngine | None = None,
+    **kw: object,
+) -> Committer:
+    """Run ``body`` against a started committer over a store with queue C1, then close."""
+    engine = engine or MemoryEngine(DBS)
+    store = QueueStore(engine)
+    store.write_group([OpenQueue(C1, 1, create=True)])
+
+    async def main() -> Committer:
+        committer = Committer(store, **kw)  # type: ignore[arg-type]
+        committer.start()
+        try:
+            await asyncio.wait_for(body(committer, engine), 10)
+        finally:
+            await asyncio.wait_for(committer.close(), 10)
+        return committer
+
+    return asyncio.run(main())
+
+
+def test_jobs_submitted_together_share_one_commit_and_keep_their_order() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        futures = [c.submit(batch(i, 2)) for i in range(5)]
+        results = await asyncio.gather(*futures)
+        assert [r.batch_id for r in results if isinstance(r, BatchResult)] == list(range(5))
+        assert [s for r in results for s in seqs(r)] == list(range(1, 11))
+        assert c.groups == 1
+
+    run(body, max_delay=0.05)
+
+
+def test_max_batch_bounds_a_group_but_never_splits_a_job() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        results = await asyncio.gather(*(c.submit(batch(i, 3)) for i in range(10)))
+        assert c.groups == 5  # two 3-op jobs per 6-op group
+        big = await c.submit(batch(99, 20))
+        assert seqs(big) == list(range(31, 51))
+        assert c.groups == 6
+        assert [s for r in results for s in seqs(r)] == list(range(1, 31))
+
+    run(body, max_batch=6, max_delay=0.05)
+
+
+def test_the_delay_gathers_jobs_that_arrive_later() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        start = time.monotonic()
+        first = c.submit(batch(1))
+        await asyncio.sleep(0.05)
+        second = c.submit(batch(2))
+        await asyncio.gather(first, second)
+        assert c.groups == 1
+        assert 0.05 <= time.monotonic() - start < 2.0
+
+    run(body, max_delay=0.3)
+
+
+def test_no_delay_commits_without_waiting() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        start = time.monotonic()
+        for i in range(5):
+            await c.submit(batch(i))
+        assert c.groups == 5
+        assert time.monotonic() - start < 1.0
+
+    run(body, max_delay=0)
+
+
+def test_fsync_always_syncs_every_group_before_any_result() -> None:
+    seen: list[tuple[int, int]] = []
+
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        for round_ in range(3):
+            futures = [c.submit(batch(i)) for i in range(4)]
+            for f in futures:
+                f.add_done_callback(lambda _f: seen.append((engine.syncs, c.groups)))
+            await asyncio.gather(*futures)
+            assert engine.syncs == c.groups == round_ + 1
+
+    run(body, fsync="always", max_delay=0.01)
+    assert seen and all(syncs == groups for syncs, groups in seen)
+
+
+def test_fsync_interval_syncs_once_the_oldest_unsynced_commit_is_due() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        await c.submit(batch(1))
+        await c.submit(batch(2))
+        assert engine.syncs == 0  # results do not wait for the disk
+        for _ in range(100):
+            if engine.syncs:
+                break
+            await asyncio.sleep(0.02)
+        assert engine.syncs == 1
+        await asyncio.sleep(0.3)
+        assert engine.syncs == 1  # nothing new to sync
+
+    engine = MemoryEngine(DBS)
+    run(body, engine, fsync="interval", interval=0.1, max_delay=0)
+    assert engine.syncs == 1  # close found nothing left to sync
+
+
+def test_fsync_never_syncs_only_on_close() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        for i in range(3):
+            await c.submit(batch(i))
+        await asyncio.sleep(0.1)
+        assert engine.syncs == 0
+
+    engine = MemoryEngine(DBS)
+    run(body, engine, fsync="never", max_delay=0)
+    assert engine.syncs == 1
+
+
+def test_close_writes_what_was_submitted_and_refuses_the_rest() -> None:
+    engine = MemoryEngine(DBS)
+    store = QueueStore(engine)
+    store.write_group([OpenQueue(C1, 1, create=True)])
+
+    async def main() -> None:
+        c = Committer(store, max_delay=1.0)
+        c.start()
+        futures = [c.submit(batch(i)) for i in range(3)]
+        await asyncio.wait_for(c.close(), 5)  # does not wait out the 1 s delay
+        assert all(f.done() for f in futures)
+        assert [s for f in futures for s in seqs(f.result())] == [1, 2, 3]
+        late = c.submit(batch(9))
+        result = late.result()
+        assert isinstance(result, BatchResult) and "shutting down" in result.error
+        assert result.results[0].status == AppendStatus.STORE_ERROR
+
+    asyncio.run(main())
+    assert store.state(C1).last_seq == 3
+
+
+def test_a_job_that_does_not_fit_fails_alone() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        futures = [
+            c.submit(batch(1)),
+            c.submit(batch(2, data=b"x" * 200_000)),
+            c.submit(batch(3)),
+        ]
+        first, huge, third = await asyncio.gather(*futures)
+        assert c.groups == 1
+        assert seqs(first) == [1] and seqs(third) == [2]
+        assert isinstance(huge, BatchResult) and "full" in huge.error
+        assert huge.results[0].status == AppendStatus.STORE_ERROR
+
+    run(body, MemoryEngine(DBS, limit_bytes=100_000), max_delay=0.05)
+
+
+class _BuggyEngine(MemoryEngine):
+    """Raises a non-store exception for one value: a bug, which must not be hidden."""
+
+    def begin_write(self) -> WriteTxn:
+        txn = super().begin_write()
+        put = txn.put
+
+        def buggy_put(db: str, key: bytes, value: bytes) -> None:
+            if value == b"boom":
+                raise RuntimeError("bug")
+            put(db, key, value)
+
+        txn.put = buggy_put  # type: ignore[method-assign]
+        return txn
+
+
+def test_a_bug_fails_its_callers_loudly_and_the_committer_keeps_going() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        with pytest.raises(RuntimeError, match="bug"):
+            await c.submit(batch(1, data=b"boom"))
+        assert seqs(await c.submit(batch(2))) == [1]
+
+    run(body, _BuggyEngine(DBS), max_delay=0)
+
+
+def test_metrics_count_writes_commits_and_fsyncs() -> None:
+    registry = Registry()
+    metrics = StoreMetrics(registry)
+
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        await asyncio.gather(*(c.submit(batch(i, 2, b"abc")) for i in range(3)))
+
+    run(body, metrics=metrics, max_delay=0.05)
+    values = {s.name: s.value for s in registry.samples() if not s.labels}
+    assert values["ternmq_msgstore_appends_total"] == 6
+    assert values["ternmq_msgstore_append_bytes_total"] == 18
+    assert values["ternmq_msgstore_writes_total"] == 6
+    assert values["ternmq_msgstore_commits_total"] == 1
+    assert values["ternmq_msgstore_fsync_seconds_count"] == 1
+    assert values["ternmq_msgstore_fsync_seconds_max"] >= 0
+
+
+def test_an_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError):
+        Committer(QueueStore(MemoryEngine(DBS)), fsync="sometimes")
+
+
+class _SlowEngine(MemoryEngine):
+    """Commits take 5 ms, like a busy disk, so jobs pile up while one is written."""
+
+    def begin_write(self) -> WriteTxn:
+        txn = super().begin_write()
+        commit = txn.commit
+
+        def slow_commit() -> None:
+            time.sleep(0.005)
+            commit()
+
+        txn.commit = slow_commit  # type: ignore[method-assign]
+        return txn
+
+
+def test_fsync_interval_also_syncs_a_store_that_is_never_idle() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        futures: list[asyncio.Future[Result]] = []
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:  # a job every ms: something is always pending
+            futures.append(c.submit(batch(len(futures))))
+            await asyncio.sleep(0.001)
+        synced_while_busy = engine.syncs
+        await asyncio.gather(*futures)
+        assert synced_while_busy >= 2
+        assert c.groups > synced_while_busy  # results did not wait for each sync
+
+    run(body, _SlowEngine(DBS), fsync="interval", interval=0.1, max_delay=0.001)

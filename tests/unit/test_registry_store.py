@@ -1,0 +1,65 @@
+"""The registry's LMDB table and its journal (real LMDB in a temp dir)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from services.registry.sessions import NEVER, Session
+from services.registry.store import Delete, Journal, Put, Reserve, SessionStore, StoreError
+
+MB = 1024 * 1024
+
+
+def session(cid: str, epoch: int = 1, **kw: object) -> Session:
+    base = Session(("mp", cid), epoch, True, "n1", "L1", NEVER, 5, 10, 0, "peer", "user")
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_round_trip_delete_and_reservation(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "reg", 16 * MB)
+    long_id = "x" * 5000  # far over LMDB's key limit: keys are hashed
+    a, b = session("a", 3), session(long_id, 7, online=False, disconnected_us=99)
+    store.apply([Put(a), Put(b), Put(session("gone")), Reserve(2048), Delete(("mp", "gone"))])
+    store.close()
+    again = SessionStore(tmp_path / "reg", 16 * MB)
+    sessions, reserved = again.load()
+    assert sorted(sessions, key=lambda s: s.key) == sorted([a, b], key=lambda s: s.key)
+    assert reserved == 2048
+    again.close()
+
+
+def test_map_full_is_a_store_error(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "reg", 1 * MB)
+    big = [Put(session(f"c{i}" + "y" * 4000, i)) for i in range(600)]
+    with pytest.raises(StoreError):
+        store.apply(big)
+    store.close()
+
+
+def test_journal_writes_the_current_state_in_one_go(tmp_path: Path) -> None:
+    table: dict[tuple[str, str], Session] = {}
+
+    async def main() -> None:
+        store = SessionStore(tmp_path / "reg", 16 * MB)
+        journal = Journal(store, table.get)
+        table[("mp", "a")] = session("a", 1)
+        table[("mp", "b")] = session("b", 2)
+        await asyncio.gather(journal.sync(("mp", "a"), reserve=1025), journal.sync(("mp", "b")))
+        # The journal writes what the table holds when its transaction runs.
+        table[("mp", "a")] = session("a", 5, online=False)
+        del table[("mp", "b")]
+        await journal.sync(("mp", "a"), ("mp", "b"))
+        await journal.close()
+        with pytest.raises(StoreError):
+            await journal.sync(("mp", "a"))
+        store.close()
+
+    asyncio.run(main())
+    store = SessionStore(tmp_path / "reg", 16 * MB)
+    sessions, reserved = store.load()
+    assert sessions == [session("a", 5, online=False)] and reserved == 1025
+    store.close()
