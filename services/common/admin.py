@@ -41,8 +41,14 @@ class Node:
         self.base = address if address.startswith("http") else f"http://{address}"
 
     def get(self, path: str, **query: Any) -> Any:
-        params = urlencode([(k, v) for k, vs in query.items() if vs is not None
-                            for v in (vs if isinstance(vs, list | tuple) else [vs])])
+        params = urlencode(
+            [
+                (k, v)
+                for k, vs in query.items()
+                if vs is not None
+                for v in (vs if isinstance(vs, list | tuple) else [vs])
+            ]
+        )
         url = f"{self.base}{path}" + (f"?{params}" if params else "")
         try:
             with urllib.request.urlopen(url, timeout=10) as resp:
@@ -70,8 +76,12 @@ def _emit(ctx: click.Context, data: Any, columns: list[str] | None = None) -> No
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--node", default="127.0.0.1:8888", show_default=True,
-              help="HTTP address of the node (listener.http.default).")
+@click.option(
+    "--node",
+    default="127.0.0.1:8888",
+    show_default=True,
+    help="HTTP address of the node (listener.http.default).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.pass_context
 def cli(ctx: click.Context, node: str, as_json: bool) -> None:
@@ -89,8 +99,12 @@ def cluster() -> None:
 def cluster_show(ctx: click.Context) -> None:
     """List the cluster's nodes and whether they run."""
     rows = ctx.obj["node"].get("/api/v1/cluster/show")
-    _emit(ctx, [{"Node": r["node"], "Running": str(r["running"]).lower()} for r in rows]
-          if not ctx.obj["json"] else rows)
+    _emit(
+        ctx,
+        [{"Node": r["node"], "Running": str(r["running"]).lower()} for r in rows]
+        if not ctx.obj["json"]
+        else rows,
+    )
 
 
 @cli.group()
@@ -104,8 +118,21 @@ def session() -> None:
 def session_show(ctx: click.Context, client_id: str) -> None:
     """List sessions (online and offline persistent ones)."""
     rows = ctx.obj["node"].get("/api/v1/session/show", client_id=client_id or None)
-    _emit(ctx, rows, ["client_id", "mountpoint", "user", "peer", "protocol", "online",
-                      "persistent", "node", "epoch"])
+    _emit(
+        ctx,
+        rows,
+        [
+            "client_id",
+            "mountpoint",
+            "user",
+            "peer",
+            "protocol",
+            "online",
+            "persistent",
+            "node",
+            "epoch",
+        ],
+    )
 
 
 @cli.group()
@@ -119,8 +146,7 @@ def retain() -> None:
 @click.pass_context
 def retain_show(ctx: click.Context, topic: str | None, payload: bool) -> None:
     """List retained messages."""
-    rows = ctx.obj["node"].get("/api/v1/retain/show", topic=topic,
-                               payload="1" if payload else None)
+    rows = ctx.obj["node"].get("/api/v1/retain/show", topic=topic, payload="1" if payload else None)
     cols = ["topic", "mountpoint", "qos", "size"] + (["payload"] if payload else [])
     _emit(ctx, rows, cols)
 
@@ -134,9 +160,11 @@ def listener() -> None:
 @click.pass_context
 def listener_show(ctx: click.Context) -> None:
     """List listeners and their state."""
-    _emit(ctx, ctx.obj["node"].get("/api/v1/listener/show"),
-          ["type", "status", "name", "address", "port", "mountpoint", "max_conns",
-           "protocols"])
+    _emit(
+        ctx,
+        ctx.obj["node"].get("/api/v1/listener/show"),
+        ["type", "status", "name", "address", "port", "mountpoint", "max_conns", "protocols"],
+    )
 
 
 @cli.group()
@@ -164,8 +192,7 @@ def metrics_show(ctx: click.Context) -> None:
 def show(ctx: click.Context, keys: tuple[str, ...]) -> None:
     """Show configuration values."""
     data = ctx.obj["node"].get("/api/v1/show", key=list(keys))
-    _emit(ctx, [{"key": k, "value": v} for k, v in data.items()]
-          if not ctx.obj["json"] else data)
+    _emit(ctx, [{"key": k, "value": v} for k, v in data.items()] if not ctx.obj["json"] else data)
 
 
 @cli.group()

@@ -55,8 +55,13 @@ def service(name: str, config_path: str | None, sets: tuple[str, ...]) -> None:
 
 
 @cli.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="ternmq.conf (defaults apply to every key it does not set).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="ternmq.conf (defaults apply to every key it does not set).",
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key.")
 def start(config_path: str | None, sets: tuple[str, ...]) -> None:
     """Run a node (all four services) in the foreground."""

@@ -188,8 +188,11 @@ def load(schema: Schema, path: str | Path | None, overrides: Mapping[str, str] =
 
 def render_default_conf(schema: Schema) -> str:
     """The commented default ``ternmq.conf``, generated from the declarations."""
-    out = ["# ternmq.conf — generated from the settings schema (`ternmq config defaults`).",
-           "# Every key is shown with its default, commented out. Uncomment to change it.", ""]
+    out = [
+        "# ternmq.conf — generated from the settings schema (`ternmq config defaults`).",
+        "# Every key is shown with its default, commented out. Uncomment to change it.",
+        "",
+    ]
     for setting in schema.settings:
         for doc_line in setting.doc.strip().splitlines():
             out.append(f"## {doc_line.strip()}")

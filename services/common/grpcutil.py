@@ -89,8 +89,14 @@ def channel(address: str) -> grpc.aio.Channel:
 class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
     """Status and metrics of one service, for the node's HTTP endpoints."""
 
-    def __init__(self, service: str, node: str, metrics: Registry,
-                 details: Callable[[], dict[str, Any]], ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        service: str,
+        node: str,
+        metrics: Registry,
+        details: Callable[[], dict[str, Any]],
+        ready: Callable[[], bool],
+    ) -> None:
         self.service = service
         self.node = node
         self.metrics = metrics
@@ -98,17 +104,23 @@ class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
         self.ready = ready
         self.started_us = int(time.time() * 1e6)
 
-    async def Status(self, request: common_pb2.StatusRequest, context: Any) -> common_pb2.StatusReply:
+    async def Status(
+        self, request: common_pb2.StatusRequest, context: Any
+    ) -> common_pb2.StatusReply:
         return common_pb2.StatusReply(
-            service=self.service, node=self.node, ready=self.ready(),
-            started_us=self.started_us, json=json.dumps(self.details(), default=str),
+            service=self.service,
+            node=self.node,
+            ready=self.ready(),
+            started_us=self.started_us,
+            json=json.dumps(self.details(), default=str),
         )
 
-    async def Metrics(self, request: common_pb2.MetricsRequest, context: Any) -> common_pb2.MetricsReply:
+    async def Metrics(
+        self, request: common_pb2.MetricsRequest, context: Any
+    ) -> common_pb2.MetricsReply:
         reply = common_pb2.MetricsReply()
         for s in self.metrics.samples():
-            reply.samples.add(name=s.name, labels=s.labels, value=s.value, kind=s.kind,
-                              help=s.help)
+            reply.samples.add(name=s.name, labels=s.labels, value=s.value, kind=s.kind, help=s.help)
         return reply
 
 

@@ -27,8 +27,14 @@ from services.common.config import Config
 from services.common.grpcutil import CHANNEL_OPTIONS, service_address
 from services.common.metrics import SampleValue, render_prometheus
 from services.listener.routing.topics import topic_matches
-from services.pb import common_pb2, common_pb2_grpc, gossip_pb2, gossip_pb2_grpc
-from services.pb import registry_pb2, registry_pb2_grpc
+from services.pb import (
+    common_pb2,
+    common_pb2_grpc,
+    gossip_pb2,
+    gossip_pb2_grpc,
+    registry_pb2,
+    registry_pb2_grpc,
+)
 
 if TYPE_CHECKING:
     from services.common.supervisor import Supervisor
@@ -51,8 +57,11 @@ class NodeClient:
             reply = stub.Status(common_pb2.StatusRequest(), timeout=_RPC_TIMEOUT)
         except grpc.RpcError as exc:
             return {"ready": False, "error": str(exc.code())}  # type: ignore[attr-defined]
-        return {"ready": reply.ready, "started_us": reply.started_us,
-                **json.loads(reply.json or "{}")}
+        return {
+            "ready": reply.ready,
+            "started_us": reply.started_us,
+            **json.loads(reply.json or "{}"),
+        }
 
     def samples(self) -> list[SampleValue]:
         out: list[SampleValue] = []
@@ -70,14 +79,24 @@ class NodeClient:
 
     def sessions(self, client_id: str) -> list[dict[str, Any]]:
         stub = registry_pb2_grpc.RegistryStub(self.channels["registry"])
-        reply = stub.Sessions(registry_pb2.SessionsRequest(client_id=client_id, limit=10000),
-                              timeout=_RPC_TIMEOUT)
-        return [{
-            "client_id": s.key.client_id, "mountpoint": s.key.mountpoint, "node": s.node,
-            "online": s.online, "epoch": s.epoch, "session_expiry": s.session_expiry,
-            "peer": s.peer, "user": s.username, "protocol": s.proto_ver,
-            "persistent": s.persistent,
-        } for s in reply.sessions]
+        reply = stub.Sessions(
+            registry_pb2.SessionsRequest(client_id=client_id, limit=10000), timeout=_RPC_TIMEOUT
+        )
+        return [
+            {
+                "client_id": s.key.client_id,
+                "mountpoint": s.key.mountpoint,
+                "node": s.node,
+                "online": s.online,
+                "epoch": s.epoch,
+                "session_expiry": s.session_expiry,
+                "peer": s.peer,
+                "user": s.username,
+                "protocol": s.proto_ver,
+                "persistent": s.persistent,
+            }
+            for s in reply.sessions
+        ]
 
     def retained(self, topic: str | None, payload: bool) -> list[dict[str, Any]]:
         stub = gossip_pb2_grpc.GossipStub(self.channels["gossip"])
@@ -91,8 +110,12 @@ class NodeClient:
                     msg = common_pb2.MqttMessage.FromString(u.value)
                     if topic and not topic_matches(topic, msg.topic):
                         continue
-                    row: dict[str, Any] = {"mountpoint": msg.mountpoint, "topic": msg.topic,
-                                           "qos": msg.qos, "size": len(msg.payload)}
+                    row: dict[str, Any] = {
+                        "mountpoint": msg.mountpoint,
+                        "topic": msg.topic,
+                        "qos": msg.qos,
+                        "size": len(msg.payload),
+                    }
                     if payload:
                         row["payload"] = msg.payload.decode("utf-8", "replace")
                     out.append(row)
@@ -131,8 +154,7 @@ class HttpApi:
 
         self.server = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="http",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
         self.thread.start()
 
     def stop(self) -> None:
@@ -186,13 +208,16 @@ class HttpApi:
         children = self.supervisor.status()
         services = {name: self.client.status(name) for name in children}
         ok = all(c["running"] for c in children.values()) and all(
-            s.get("ready") for s in services.values())
+            s.get("ready") for s in services.values()
+        )
         return ok, services
 
     def health(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         ok, services = self._ready()
-        body = {"status": "OK" if ok else "DOWN",
-                "services": {k: bool(v.get("ready")) for k, v in services.items()}}
+        body = {
+            "status": "OK" if ok else "DOWN",
+            "services": {k: bool(v.get("ready")) for k, v in services.items()},
+        }
         return (HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE), body
 
     def status(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
@@ -208,12 +233,24 @@ class HttpApi:
     def metrics(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         samples = self.client.samples()
         for name, child in self.supervisor.status().items():
-            samples.append(SampleValue("ternmq_service_restarts_total", {"service": name},
-                                       float(child["restarts"]), "counter",
-                                       "Times the supervisor restarted a service"))
-            samples.append(SampleValue("ternmq_service_up", {"service": name},
-                                       1.0 if child["running"] else 0.0, "gauge",
-                                       "Whether the service process is running"))
+            samples.append(
+                SampleValue(
+                    "ternmq_service_restarts_total",
+                    {"service": name},
+                    float(child["restarts"]),
+                    "counter",
+                    "Times the supervisor restarted a service",
+                )
+            )
+            samples.append(
+                SampleValue(
+                    "ternmq_service_up",
+                    {"service": name},
+                    1.0 if child["running"] else 0.0,
+                    "gauge",
+                    "Whether the service process is running",
+                )
+            )
         return HTTPStatus.OK, render_prometheus(samples)
 
     def metrics_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
@@ -238,12 +275,19 @@ class HttpApi:
         from services.listener.config import tcp_listeners
 
         running = self.client.status("listener").get("accepting", False)
-        return HTTPStatus.OK, [{
-            "type": "mqtt", "name": lst.name, "address": lst.host, "port": lst.port,
-            "mountpoint": lst.mountpoint, "status": "running" if running else "stopped",
-            "max_conns": lst.max_connections,
-            "protocols": ",".join(str(v) for v in sorted(lst.allowed_versions)),
-        } for lst in tcp_listeners(self.config)]
+        return HTTPStatus.OK, [
+            {
+                "type": "mqtt",
+                "name": lst.name,
+                "address": lst.host,
+                "port": lst.port,
+                "mountpoint": lst.mountpoint,
+                "status": "running" if running else "stopped",
+                "max_conns": lst.max_connections,
+                "protocols": ",".join(str(v) for v in sorted(lst.allowed_versions)),
+            }
+            for lst in tcp_listeners(self.config)
+        ]
 
     def show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
         keys = q.get("key", [])
@@ -255,5 +299,6 @@ class HttpApi:
     def plugin_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         return HTTPStatus.OK, [
             {"plugin": key.split(".", 1)[1], "enabled": bool(value)}
-            for key, value in sorted(self.config.items()) if key.startswith("plugins.")
+            for key, value in sorted(self.config.items())
+            if key.startswith("plugins.")
         ]

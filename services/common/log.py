@@ -22,9 +22,9 @@ import json
 import os
 import sys
 import threading
+from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
-from collections.abc import MutableMapping
 from typing import Any
 
 import structlog

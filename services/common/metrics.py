@@ -60,8 +60,14 @@ class Registry:
         self.prefix = prefix
         self._metrics: dict[str, Metric] = {}
 
-    def _add(self, name: str, help: str, kind: str, labels: Iterable[str],
-             fn: Callable[[], float] | None = None) -> Metric:
+    def _add(
+        self,
+        name: str,
+        help: str,
+        kind: str,
+        labels: Iterable[str],
+        fn: Callable[[], float] | None = None,
+    ) -> Metric:
         full = self.prefix + name
         existing = self._metrics.get(full)
         if existing is not None:
@@ -73,8 +79,13 @@ class Registry:
     def counter(self, name: str, help: str, labels: Iterable[str] = ()) -> Metric:
         return self._add(name, help, "counter", labels)
 
-    def gauge(self, name: str, help: str, labels: Iterable[str] = (),
-              fn: Callable[[], float] | None = None) -> Metric:
+    def gauge(
+        self,
+        name: str,
+        help: str,
+        labels: Iterable[str] = (),
+        fn: Callable[[], float] | None = None,
+    ) -> Metric:
         return self._add(name, help, "gauge", labels, fn)
 
     def samples(self) -> list[SampleValue]:
@@ -86,8 +97,15 @@ class Registry:
             if not m.children and not m.label_names:
                 m.labels()
             for values, child in m.children.items():
-                out.append(SampleValue(m.name, dict(zip(m.label_names, values, strict=True)),
-                                       child.value, m.kind, m.help))
+                out.append(
+                    SampleValue(
+                        m.name,
+                        dict(zip(m.label_names, values, strict=True)),
+                        child.value,
+                        m.kind,
+                        m.help,
+                    )
+                )
         return out
 
 

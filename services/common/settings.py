@@ -24,10 +24,26 @@ class SettingError(ValueError):
     """A value that does not fit its key's type; the message is shown to the operator."""
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "kib": 1024,
-               "mib": 1024**2, "gib": 1024**3}
-_DURATION_UNITS = {"": 1, "ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800,
-                   "y": 31536000}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1024,
+    "mb": 1024**2,
+    "gb": 1024**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+_DURATION_UNITS = {
+    "": 1,
+    "ms": 0.001,
+    "s": 1,
+    "m": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 604800,
+    "y": 31536000,
+}
 _NUM_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -162,4 +178,6 @@ class Setting:
             return key == self.key
         want = self.key.split(".")
         have = key.split(".")
-        return len(want) == len(have) and all(w in ("*", h) for w, h in zip(want, have, strict=True))
+        return len(want) == len(have) and all(
+            w in ("*", h) for w, h in zip(want, have, strict=True)
+        )

@@ -67,7 +67,11 @@ class Supervisor:
 
     async def _spawn(self, child: Child) -> None:
         child.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", f"services.{child.name}", "--config", str(self.conf_path),
+            sys.executable,
+            "-m",
+            f"services.{child.name}",
+            "--config",
+            str(self.conf_path),
             preexec_fn=_die_with_parent,
         )
         child.started_at = time.time()
@@ -96,11 +100,19 @@ class Supervisor:
             while child.restarts and child.restarts[0] < now - window:
                 child.restarts.popleft()
             child.total_restarts += 1
-            log.emit("service.crashed", "error", child=child.name, exit_code=code,
-                     restarts=child.total_restarts)
+            log.emit(
+                "service.crashed",
+                "error",
+                child=child.name,
+                exit_code=code,
+                restarts=child.total_restarts,
+            )
             if len(child.restarts) > limit:
-                log.emit("service.stopping", "error",
-                         reason=f"{child.name} restarted {limit} times in {window:g}s")
+                log.emit(
+                    "service.stopping",
+                    "error",
+                    reason=f"{child.name} restarted {limit} times in {window:g}s",
+                )
                 self.failed = True
                 stop.set()
                 return
@@ -153,8 +165,7 @@ def start_node(config: Config) -> int:
         sup = Supervisor(config)
         api = HttpApi(config, sup)
         api.start()
-        log.emit("service.started", address=str(config["listener.http.default"]),
-                 pid=os.getpid())
+        log.emit("service.started", address=str(config["listener.http.default"]), pid=os.getpid())
         try:
             return await sup.run(stop)
         finally:
@@ -165,6 +176,9 @@ def start_node(config: Config) -> int:
     except OSError as exc:
         print(f"ternmq: {exc}", file=sys.stderr)
         code = 1
-    log.emit("service.stopping", reason="stopped", )
+    log.emit(
+        "service.stopping",
+        reason="stopped",
+    )
     log.shutdown()
     return code

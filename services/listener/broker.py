@@ -48,8 +48,14 @@ from services.listener.session.actions import (
 )
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.store_client import StoreClient, StoreUnavailable
-from services.pb import common_pb2, gossip_pb2, gossip_pb2_grpc, msgstore_pb2, registry_pb2
-from services.pb import registry_pb2_grpc
+from services.pb import (
+    common_pb2,
+    gossip_pb2,
+    gossip_pb2_grpc,
+    msgstore_pb2,
+    registry_pb2,
+    registry_pb2_grpc,
+)
 
 if TYPE_CHECKING:
     from services.listener.connection import Connection
@@ -76,8 +82,9 @@ class Broker:
         self.sessions: dict[SubscriberId, Connection] = {}
         self.trie = SubscriptionTrie()
         self.retained: RetainedStore[Message] = RetainedStore()
-        self.picker = SharedPicker(SharedPolicy(config["shared_subscription_policy"]),
-                                   self.node, random.Random())
+        self.picker = SharedPicker(
+            SharedPolicy(config["shared_subscription_policy"]), self.node, random.Random()
+        )
         self.upgrade_qos: bool = config["upgrade_outgoing_qos"]
         self._wills: dict[SubscriberId, asyncio.TimerHandle] = {}
         self._ids = itertools.count(1)
@@ -90,8 +97,9 @@ class Broker:
         self.m_dropped = m.counter("messages_dropped_total", "Deliveries dropped", ["reason"])
         self.m_queued = m.counter("messages_queued_total", "Appends to session queues")
         self.m_store_errors = m.counter("store_errors_total", "Failed queue appends")
-        m.gauge("sessions_online", "Sessions connected to this listener",
-                fn=lambda: len(self.sessions))
+        m.gauge(
+            "sessions_online", "Sessions connected to this listener", fn=lambda: len(self.sessions)
+        )
         m.gauge("subscriptions", "Subscriptions in the routing table", fn=lambda: len(self.trie))
         m.gauge("retained_messages", "Retained messages", fn=lambda: len(self.retained))
 
@@ -109,8 +117,14 @@ class Broker:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            log.emit("rpc.failed", "error", target="listener", method=task.get_name(),
-                     code=type(exc).__name__, reason=str(exc))
+            log.emit(
+                "rpc.failed",
+                "error",
+                target="listener",
+                method=task.get_name(),
+                code=type(exc).__name__,
+                reason=str(exc),
+            )
 
     def is_online(self, sid: SubscriberId) -> bool:
         return sid in self.sessions
@@ -120,25 +134,41 @@ class Broker:
         sid = (req.mountpoint, req.client_id)
         connect = req.connect
         try:
-            reply = await self.registry.Register(registry_pb2.RegisterRequest(
-                key=common_pb2.SessionKey(mountpoint=req.mountpoint, client_id=req.client_id),
-                node=self.node, listener_id=self.listener_id, clean_start=req.clean_start,
-                session_expiry=req.session_expiry, proto_ver=connect.protocol_version,
-                peer=conn.peer, username=connect.username or "",
-                max_offline_messages=max(self.config["max_offline_messages"], 0),
-            ), timeout=15)
+            reply = await self.registry.Register(
+                registry_pb2.RegisterRequest(
+                    key=common_pb2.SessionKey(mountpoint=req.mountpoint, client_id=req.client_id),
+                    node=self.node,
+                    listener_id=self.listener_id,
+                    clean_start=req.clean_start,
+                    session_expiry=req.session_expiry,
+                    proto_ver=connect.protocol_version,
+                    peer=conn.peer,
+                    username=connect.username or "",
+                    max_offline_messages=max(self.config["max_offline_messages"], 0),
+                ),
+                timeout=15,
+            )
         except grpc.aio.AioRpcError as exc:
-            log.emit("rpc.failed", "warning", target="registry", method="Register",
-                     code=exc.code().name, reason=str(exc.details()))
+            log.emit(
+                "rpc.failed",
+                "warning",
+                target="registry",
+                method="Register",
+                code=exc.code().name,
+                reason=str(exc.details()),
+            )
             conn.registered(False, 0, False, False, ReasonCode.SERVER_UNAVAILABLE)
             return
         if not reply.ok:
-            conn.registered(False, 0, False, False,
-                            reply.reason_code or ReasonCode.SERVER_UNAVAILABLE)
+            conn.registered(
+                False, 0, False, False, reply.reason_code or ReasonCode.SERVER_UNAVAILABLE
+            )
             return
         if conn.closed:  # the client went away while we waited: report it gone at once
-            self.spawn(self._report_ended(sid, reply.epoch, req.session_expiry, "closed", False),
-                       "disconnected")
+            self.spawn(
+                self._report_ended(sid, reply.epoch, req.session_expiry, "closed", False),
+                "disconnected",
+            )
             return
         old = self.sessions.get(sid)
         if old is not None and old is not conn:
@@ -163,22 +193,32 @@ class Broker:
         try:
             first = True
             while True:
-                reply = await self.store.read(sid[0], sid[1], epoch,
-                                              after if not first else 0, 1000)
+                reply = await self.store.read(
+                    sid[0], sid[1], epoch, after if not first else 0, 1000
+                )
                 state = reply.state
                 if first:
                     inbound = list(state.inbound_qos2)
                     pubrel = list(state.outbound_pubrel)
                     first = False
                 for entry in reply.entries:
-                    queued.append(convert.delivery_from_pb(
-                        entry.delivery, entry.seq, entry.seq <= state.delivered_upto))
+                    queued.append(
+                        convert.delivery_from_pb(
+                            entry.delivery, entry.seq, entry.seq <= state.delivered_upto
+                        )
+                    )
                     after = entry.seq
                 if len(reply.entries) < 1000:
                     break
         except grpc.aio.AioRpcError as exc:
-            log.emit("rpc.failed", "error", target="msgstore", method="Read",
-                     code=exc.code().name, reason=str(exc.details()))
+            log.emit(
+                "rpc.failed",
+                "error",
+                target="msgstore",
+                method="Read",
+                code=exc.code().name,
+                reason=str(exc.details()),
+            )
             conn.fail(ReasonCode.SERVER_UNAVAILABLE, "queue unreadable")
             return
         conn.resume(queued, inbound, pubrel)
@@ -192,19 +232,34 @@ class Broker:
             if not conn.persistent:
                 self.trie.remove_all(sid)
         await self.store.flush()  # acks and marks of this connection are durable first
-        await self._report_ended(sid, conn.epoch, action.session_expiry, action.reason,
-                                 action.taken_over)
+        await self._report_ended(
+            sid, conn.epoch, action.session_expiry, action.reason, action.taken_over
+        )
 
-    async def _report_ended(self, sid: SubscriberId, epoch: int, expiry: int, reason: str,
-                            taken_over: bool) -> None:
+    async def _report_ended(
+        self, sid: SubscriberId, epoch: int, expiry: int, reason: str, taken_over: bool
+    ) -> None:
         try:
-            await self.registry.Disconnected(registry_pb2.DisconnectedRequest(
-                key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]), epoch=epoch,
-                listener_id=self.listener_id, session_expiry=expiry, reason=reason,
-                taken_over=taken_over), timeout=10)
+            await self.registry.Disconnected(
+                registry_pb2.DisconnectedRequest(
+                    key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]),
+                    epoch=epoch,
+                    listener_id=self.listener_id,
+                    session_expiry=expiry,
+                    reason=reason,
+                    taken_over=taken_over,
+                ),
+                timeout=10,
+            )
         except grpc.aio.AioRpcError as exc:
-            log.emit("rpc.failed", "warning", target="registry", method="Disconnected",
-                     code=exc.code().name, reason=str(exc.details()))
+            log.emit(
+                "rpc.failed",
+                "warning",
+                target="registry",
+                method="Disconnected",
+                code=exc.code().name,
+                reason=str(exc.details()),
+            )
 
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
         """The registry waits for our Disconnected(taken_over) whether or not we still hold
@@ -244,8 +299,9 @@ class Broker:
         gathered = asyncio.gather(*waits, return_exceptions=True)
         gathered.add_done_callback(lambda f: self._routed(conn, token, code, f))
 
-    def _routed(self, conn: Connection, token: int, code: int,
-                fut: asyncio.Future[list[Any]]) -> None:
+    def _routed(
+        self, conn: Connection, token: int, code: int, fut: asyncio.Future[list[Any]]
+    ) -> None:
         failed = [r for r in fut.result() if isinstance(r, BaseException)]
         if failed:
             self.m_store_errors.inc(len(failed))
@@ -254,8 +310,15 @@ class Broker:
         else:
             conn.routed(token, code)
 
-    def _deliver_to(self, sid: SubscriberId, sub_qos: int, rap: bool, sub_ids: tuple[int, ...],
-                    msg: Message, waits: list[asyncio.Future[Any]]) -> None:
+    def _deliver_to(
+        self,
+        sid: SubscriberId,
+        sub_qos: int,
+        rap: bool,
+        sub_ids: tuple[int, ...],
+        msg: Message,
+        waits: list[asyncio.Future[Any]],
+    ) -> None:
         qos = sub_qos if self.upgrade_qos else min(msg.qos, sub_qos)
         out = OutboundMessage(msg, qos, msg.retain and rap, sub_ids)
         conn = self.sessions.get(sid)
@@ -268,8 +331,13 @@ class Broker:
         if msg.qos:
             waits.append(fut)
 
-    def _appended(self, sid: SubscriberId, conn: Connection | None, out: OutboundMessage,
-                  fut: asyncio.Future[msgstore_pb2.AppendResult]) -> None:
+    def _appended(
+        self,
+        sid: SubscriberId,
+        conn: Connection | None,
+        out: OutboundMessage,
+        fut: asyncio.Future[msgstore_pb2.AppendResult],
+    ) -> None:
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -280,8 +348,9 @@ class Broker:
         res = fut.result()
         if res.status == msgstore_pb2.APPEND_OK:
             if conn is not None and self.sessions.get(sid) is conn:
-                conn.deliver(OutboundMessage(out.message, out.qos, out.retain, out.sub_ids,
-                                             res.seq))
+                conn.deliver(
+                    OutboundMessage(out.message, out.qos, out.retain, out.sub_ids, res.seq)
+                )
         elif res.status == msgstore_pb2.APPEND_QUEUE_FULL:
             self.dropped(sid[1], out, "queue_full")
         elif res.status == msgstore_pb2.APPEND_STORE_ERROR:
@@ -292,26 +361,42 @@ class Broker:
         self.m_dropped.labels(reason).inc()
         msg = out.message
         if out.qos or log.message_events_enabled():
-            log.emit("message.dropped", "info", msg_id=msg.msg_id, client_id=client_id,
-                     topic=msg.topic, qos=out.qos, reason=reason)
+            log.emit(
+                "message.dropped",
+                "info",
+                msg_id=msg.msg_id,
+                client_id=client_id,
+                topic=msg.topic,
+                qos=out.qos,
+                reason=reason,
+            )
 
     def _drop_msg(self, msg: Message, target: str, reason: str) -> None:
         self.m_dropped.labels(reason).inc()
-        log.emit("message.dropped", "info", msg_id=msg.msg_id, client_id=target,
-                 topic=msg.topic, qos=msg.qos, reason=reason)
+        log.emit(
+            "message.dropped",
+            "info",
+            msg_id=msg.msg_id,
+            client_id=target,
+            topic=msg.topic,
+            qos=msg.qos,
+            reason=reason,
+        )
 
     # -- retained --------------------------------------------------------------------
     def _update_retained(self, msg: Message, waits: list[asyncio.Future[Any]] | None) -> None:
         key = convert.meta_key(msg.mountpoint, msg.topic)
         if msg.payload:
             self.retained.set(msg.mountpoint, msg.topic, msg)
-            op = gossip_pb2.MetaOp(prefix="retain", key=key,
-                                   value=convert.message_to_pb(msg, self.node).SerializeToString())
+            op = gossip_pb2.MetaOp(
+                prefix="retain",
+                key=key,
+                value=convert.message_to_pb(msg, self.node).SerializeToString(),
+            )
         else:
             self.retained.clear(msg.mountpoint, msg.topic)
             op = gossip_pb2.MetaOp(prefix="retain", key=key, delete=True)
-        log.emit("retain.updated", topic=msg.topic, size=len(msg.payload),
-                 cleared=not msg.payload)
+        log.emit("retain.updated", topic=msg.topic, size=len(msg.payload), cleared=not msg.payload)
         fut = asyncio.ensure_future(self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10))
         if waits is not None:
             waits.append(fut)
@@ -325,8 +410,14 @@ class Broker:
         codes: list[int] = []
         fresh: list[bool] = []
         for sub in req.subscriptions:
-            opts = SubOptions(sub.qos, sub.no_local, sub.retain_as_published,
-                              sub.retain_handling, req.sub_id, self.node)
+            opts = SubOptions(
+                sub.qos,
+                sub.no_local,
+                sub.retain_as_published,
+                sub.retain_handling,
+                req.sub_id,
+                self.node,
+            )
             fresh.append(self.trie.add(sid, sub.topic_filter, opts))
             codes.append(sub.qos)
         if not await self._put_subs(sid):
@@ -347,8 +438,10 @@ class Broker:
     async def unsubscribe(self, conn: Connection, req: UnsubscribeRequest) -> None:
         sid = conn.sid
         assert sid is not None
-        codes = [ReasonCode.SUCCESS if self.trie.remove(sid, f)
-                 else ReasonCode.NO_SUBSCRIPTION_EXISTED for f in req.topic_filters]
+        codes = [
+            ReasonCode.SUCCESS if self.trie.remove(sid, f) else ReasonCode.NO_SUBSCRIPTION_EXISTED
+            for f in req.topic_filters
+        ]
         if not await self._put_subs(sid):
             codes = [ReasonCode.UNSPECIFIED_ERROR] * len(codes)
         conn.unsubscribed(req.packet_id, codes)
@@ -356,13 +449,22 @@ class Broker:
     async def _put_subs(self, sid: SubscriberId) -> bool:
         subs = self.trie.subscriptions_of(sid)
         key = convert.meta_key(*sid)
-        op = (gossip_pb2.MetaOp(prefix="subs", key=key, value=convert.subs_to_pb(self.node, subs))
-              if subs else gossip_pb2.MetaOp(prefix="subs", key=key, delete=True))
+        op = (
+            gossip_pb2.MetaOp(prefix="subs", key=key, value=convert.subs_to_pb(self.node, subs))
+            if subs
+            else gossip_pb2.MetaOp(prefix="subs", key=key, delete=True)
+        )
         try:
             await self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10)
         except grpc.aio.AioRpcError as exc:
-            log.emit("rpc.failed", "error", target="gossip", method="Put",
-                     code=exc.code().name, reason=str(exc.details()))
+            log.emit(
+                "rpc.failed",
+                "error",
+                target="gossip",
+                method="Put",
+                code=exc.code().name,
+                reason=str(exc.details()),
+            )
             return False
         return True
 
@@ -392,9 +494,18 @@ class Broker:
         now = time.time()
         props = will.properties
         expiry = props.message_expiry_interval
-        msg = Message(self.next_msg_id(), will.topic, will.payload, will.qos, will.retain,
-                      sid[1], sid[0], now, now + expiry if expiry else None,
-                      convert.forwarded(props))
+        msg = Message(
+            self.next_msg_id(),
+            will.topic,
+            will.payload,
+            will.qos,
+            will.retain,
+            sid[1],
+            sid[0],
+            now,
+            now + expiry if expiry else None,
+            convert.forwarded(props),
+        )
         if delay <= 0:
             self.route(msg, None, None)
             return
@@ -426,7 +537,13 @@ def _log_put_failure(fut: asyncio.Future[Any]) -> None:
         return
     exc = fut.exception()
     if isinstance(exc, grpc.aio.AioRpcError):
-        log.emit("rpc.failed", "error", target="gossip", method="Put", code=exc.code().name,
-                 reason=str(exc.details()))
+        log.emit(
+            "rpc.failed",
+            "error",
+            target="gossip",
+            method="Put",
+            code=exc.code().name,
+            reason=str(exc.details()),
+        )
     elif exc is not None:
         raise exc

@@ -28,7 +28,8 @@ from services.common import log
 from services.listener.mqtt.decoder import Decoder
 from services.listener.mqtt.encoder import encode
 from services.listener.mqtt.errors import MQTTError
-from services.listener.mqtt.types import Disconnect, Publish
+from services.listener.mqtt.types import Connect, Disconnect, Packet
+from services.listener.preauth import ConnectionAuth
 from services.listener.session.actions import (
     Acked,
     Action,
@@ -47,6 +48,7 @@ from services.listener.session.actions import (
     SubscribeRequest,
     UnsubscribeRequest,
 )
+from services.listener.session.auth import Authorizer
 from services.listener.session.core import Session, SessionState
 from services.listener.session.messages import OutboundMessage
 
@@ -56,19 +58,23 @@ if TYPE_CHECKING:
     from services.listener.server import ListenerMetrics
     from services.listener.session.limits import SessionLimits
 
-_PACKET_NAMES = {
-    cls: cls.__name__.lower()
-    for cls in (Publish, Disconnect)
-}
-
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, listener: TcpListener, limits: SessionLimits,
-                 authorizer: Any, metrics: ListenerMetrics) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        listener: TcpListener,
+        limits: SessionLimits,
+        authorizer: Authorizer,
+        metrics: ListenerMetrics,
+        slow_auth: bool = False,
+    ) -> None:
         self.broker = broker
         self.listener = listener
         self.limits = limits
-        self.authorizer = authorizer
+        self.authorizer = ConnectionAuth(authorizer)
+        self.slow_auth = slow_auth
+        self._held: list[Packet] | None = None  # packets waiting for the password check
         self.metrics = metrics
         self.transport: asyncio.Transport | None = None
         self.peer = ""
@@ -80,6 +86,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.resuming = False
         self._resume_buffer: list[OutboundMessage] = []
+        self._held_error: MQTTError | None = None
         self._wbuf: list[bytes] = []
         self._flush_scheduled = False
         self._timers: dict[str, list[Any]] = {}
@@ -115,8 +122,9 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=self.limits_pending())
         self.metrics.connections.inc()
-        self.session = Session(self.limits, self.authorizer, self.peer,
-                               self.broker.next_msg_id, time.time())
+        self.session = Session(
+            self.limits, self.authorizer, self.peer, self.broker.next_msg_id, time.time()
+        )
         self.execute(self.session.start(time.time()))
 
     def limits_pending(self) -> int:
@@ -134,16 +142,72 @@ class Connection(asyncio.Protocol):
         except MQTTError as exc:
             packets = list(exc.preceding)  # valid packets before the bad one come first
             error = exc
-        for pkt in packets:
+        if self._held is not None:  # still checking the CONNECT's password
+            self._held.extend(packets)
+            self._held_error = self._held_error or error
+            return
+        if self._handle(packets, now):
+            if self._held is not None:
+                self._held_error = error
+            return
+        if error is not None:
+            self._protocol_error(error, now)
+
+    def _protocol_error(self, error: MQTTError, now: float) -> None:
+        assert self.session is not None
+        self.metrics.protocol_errors.inc()
+        log.emit(
+            "protocol.error",
+            "warning",
+            client_id=self.session.client_id or "",
+            peer=self.peer,
+            reason=str(error),
+            reason_code=int(error.reason_code or 0),
+        )
+        self.execute(self.session.handle_protocol_error(error, now))
+
+    def _handle(self, packets: list[Packet], now: float) -> bool:
+        """Feed packets to the session; True when it must stop (closed or auth pending)."""
+        session = self.session
+        assert session is not None
+        for i, pkt in enumerate(packets):
+            if (
+                self.slow_auth
+                and isinstance(pkt, Connect)
+                and pkt.username is not None
+                and self.authorizer.answer is None
+            ):
+                self._held = packets[i:]
+                self._check_password(pkt)
+                return True
             self.metrics.packets_in.labels(type(pkt).__name__.upper()).inc()
             self.execute(session.handle_packet(pkt, now))
             if self.closed:
-                return
+                return True
+        return False
+
+    def _check_password(self, pkt: Connect) -> None:
+        assert self.transport is not None
+        self.transport.pause_reading()
+        inner = self.authorizer.inner
+        fut = self._loop.run_in_executor(
+            None, inner.authenticate, pkt.client_id, pkt.username, pkt.password, self.peer
+        )
+        fut.add_done_callback(self._password_checked)
+
+    def _password_checked(self, fut: asyncio.Future[int]) -> None:
+        self.authorizer.answer = fut.result()
+        held, self._held = self._held or [], None
+        if self.closed or self.session is None:
+            return
+        assert self.transport is not None
+        self.transport.resume_reading()
+        now = time.time()
+        if self._handle(held, now):
+            return
+        error, self._held_error = self._held_error, None
         if error is not None:
-            self.metrics.protocol_errors.inc()
-            log.emit("protocol.error", "warning", client_id=session.client_id or "",
-                     peer=self.peer, reason=str(error), reason_code=int(error.reason_code or 0))
-            self.execute(session.handle_protocol_error(error, now))
+            self._protocol_error(error, now)
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost does the rest
@@ -159,12 +223,17 @@ class Connection(asyncio.Protocol):
             self.execute(self.session.handle_connection_lost(time.time()))
         if not self._ended and self.sid is not None and self.epoch:
             # the session closed itself without an Ended (e.g. protocol error after CONNACK)
-            self._ended_action(Ended("closed", self.session.session_expiry if self.session
-                                     else 0))
+            self._ended_action(Ended("closed", self.session.session_expiry if self.session else 0))
         if not was_closed and self.sid is not None:
-            log.emit("client.disconnected", client_id=self.sid[1], mountpoint=self.sid[0],
-                     peer=self.peer, reason="connection_lost" if exc is None else str(exc),
-                     reason_code=0, duration_s=round(time.time() - self._connected_at, 3))
+            log.emit(
+                "client.disconnected",
+                client_id=self.sid[1],
+                mountpoint=self.sid[0],
+                peer=self.peer,
+                reason="connection_lost" if exc is None else str(exc),
+                reason_code=0,
+                duration_s=round(time.time() - self._connected_at, 3),
+            )
 
     def pause_writing(self) -> None:
         if self.session is not None:
@@ -183,30 +252,47 @@ class Connection(asyncio.Protocol):
             return
         self.execute(self.session.deliver(out, time.time()))
 
-    def registered(self, ok: bool, epoch: int, session_present: bool, persistent: bool,
-                   reason_code: int) -> None:
+    def registered(
+        self, ok: bool, epoch: int, session_present: bool, persistent: bool, reason_code: int
+    ) -> None:
         if self.session is None:
             return
         if ok:
             self.epoch = epoch
             self.persistent = persistent
-        actions = self.session.handle_registered(ok, epoch, session_present, persistent,
-                                                 reason_code, time.time())
+        actions = self.session.handle_registered(
+            ok, epoch, session_present, persistent, reason_code, time.time()
+        )
         if ok and self.sid is not None:
             s = self.session
-            log.emit("client.connected", client_id=self.sid[1], mountpoint=self.sid[0],
-                     peer=self.peer, proto_ver=s.protocol_version, clean_start=s.clean_start,
-                     session_present=session_present, keepalive=s.keepalive,
-                     session_expiry=s.session_expiry, username=s.username or "",
-                     listener=self.listener.name)
+            log.emit(
+                "client.connected",
+                client_id=self.sid[1],
+                mountpoint=self.sid[0],
+                peer=self.peer,
+                proto_ver=s.protocol_version,
+                clean_start=s.clean_start,
+                session_present=session_present,
+                keepalive=s.keepalive,
+                session_expiry=s.session_expiry,
+                username=s.username or "",
+                listener=self.listener.name,
+            )
         elif self.sid is not None:
-            log.emit("client.rejected", "warning", client_id=self.sid[1], peer=self.peer,
-                     reason="registry", reason_code=reason_code,
-                     proto_ver=self.session.protocol_version)
+            log.emit(
+                "client.rejected",
+                "warning",
+                client_id=self.sid[1],
+                peer=self.peer,
+                reason="registry",
+                reason_code=reason_code,
+                proto_ver=self.session.protocol_version,
+            )
         self.execute(actions)
 
-    def resume(self, queued: Sequence[OutboundMessage], inbound: Sequence[int],
-               pubrel: Sequence[int]) -> None:
+    def resume(
+        self, queued: Sequence[OutboundMessage], inbound: Sequence[int], pubrel: Sequence[int]
+    ) -> None:
         if self.session is None or self.closed:
             return
         last = queued[-1].seq if queued else 0
@@ -286,11 +372,17 @@ class Connection(asyncio.Protocol):
         self._write(encode(action.packet, self.session.protocol_version))
         if out.qos and log.message_events_enabled():
             msg = out.message
-            log.emit("message.delivered", msg_id=msg.msg_id,
-                     client_id=self.sid[1] if self.sid else "", topic=msg.topic, qos=out.qos,
-                     dup=action.packet.dup,
-                     latency_us=int((time.time() - msg.published_at) * 1e6),
-                     publisher=msg.publisher, seq=out.seq or 0)
+            log.emit(
+                "message.delivered",
+                msg_id=msg.msg_id,
+                client_id=self.sid[1] if self.sid else "",
+                topic=msg.topic,
+                qos=out.qos,
+                dup=action.packet.dup,
+                latency_us=int((time.time() - msg.published_at) * 1e6),
+                publisher=msg.publisher,
+                seq=out.seq or 0,
+            )
 
     def _close(self, action: Close) -> None:
         if self.closed:
@@ -298,9 +390,15 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._flush()
         if self.sid is not None and self.epoch:
-            log.emit("client.disconnected", client_id=self.sid[1], mountpoint=self.sid[0],
-                     peer=self.peer, reason=action.reason, reason_code=action.reason_code,
-                     duration_s=round(time.time() - self._connected_at, 3))
+            log.emit(
+                "client.disconnected",
+                client_id=self.sid[1],
+                mountpoint=self.sid[0],
+                peer=self.peer,
+                reason=action.reason,
+                reason_code=action.reason_code,
+                duration_s=round(time.time() - self._connected_at, 3),
+            )
         if self.transport is not None:
             self.transport.close()
 
@@ -311,9 +409,16 @@ class Connection(asyncio.Protocol):
     def _route(self, action: Route) -> None:
         msg = action.message
         if msg.qos and log.message_events_enabled():
-            log.emit("message.published", msg_id=msg.msg_id, client_id=msg.publisher,
-                     topic=msg.topic, qos=msg.qos, retain=msg.retain, size=len(msg.payload),
-                     mountpoint=msg.mountpoint)
+            log.emit(
+                "message.published",
+                msg_id=msg.msg_id,
+                client_id=msg.publisher,
+                topic=msg.topic,
+                qos=msg.qos,
+                retain=msg.retain,
+                size=len(msg.payload),
+                mountpoint=msg.mountpoint,
+            )
         self.broker.route(msg, self, action.token)
 
     def _subscribe(self, action: SubscribeRequest) -> None:
@@ -328,14 +433,19 @@ class Connection(asyncio.Protocol):
             self.broker.store.ack(self.sid[0], self.sid[1], self.epoch, out.seq)
         if log.message_events_enabled():
             msg = out.message
-            log.emit("message.acked", msg_id=msg.msg_id,
-                     client_id=self.sid[1] if self.sid else "", qos=out.qos,
-                     latency_us=int((time.time() - msg.published_at) * 1e6))
+            log.emit(
+                "message.acked",
+                msg_id=msg.msg_id,
+                client_id=self.sid[1] if self.sid else "",
+                qos=out.qos,
+                latency_us=int((time.time() - msg.published_at) * 1e6),
+            )
 
     def _store_mark(self, action: StoreMark) -> None:
         if self.persistent and self.sid is not None:
-            self.broker.store.mark(self.sid[0], self.sid[1], self.epoch, action.kind,
-                                   action.ident, action.set)
+            self.broker.store.mark(
+                self.sid[0], self.sid[1], self.epoch, action.kind, action.ident, action.set
+            )
 
     def _dropped(self, action: Dropped) -> None:
         self.broker.dropped(self.sid[1] if self.sid else "", action.delivery, action.reason)

@@ -44,8 +44,13 @@ def message_to_pb(msg: Message, node: str) -> common_pb2.MqttMessage:
 
 def message_from_pb(pb: common_pb2.MqttMessage) -> Message:
     props = NO_PROPERTIES
-    if (pb.HasField("payload_format") or pb.content_type or pb.response_topic
-            or pb.correlation_data or pb.user_properties):
+    if (
+        pb.HasField("payload_format")
+        or pb.content_type
+        or pb.response_topic
+        or pb.correlation_data
+        or pb.user_properties
+    ):
         props = Properties(
             payload_format_indicator=pb.payload_format if pb.HasField("payload_format") else None,
             content_type=pb.content_type or None,

@@ -48,8 +48,9 @@ class ListenerMetrics:
         self.packets_out = m.counter("packets_sent_total", "MQTT packets sent", ["type"])
         self.bytes_in = m.counter("bytes_received_total", "Bytes received from clients")
         self.bytes_out = m.counter("bytes_sent_total", "Bytes sent to clients")
-        self.protocol_errors = m.counter("protocol_errors_total", "Connections closed for "
-                                         "malformed or forbidden packets")
+        self.protocol_errors = m.counter(
+            "protocol_errors_total", "Connections closed for malformed or forbidden packets"
+        )
 
 
 async def _wait_ready(name: str, chan: grpc.aio.Channel, stop: asyncio.Event) -> None:
@@ -64,8 +65,9 @@ async def _wait_ready(name: str, chan: grpc.aio.Channel, stop: asyncio.Event) ->
                 raise OSError(f"{name} service not reachable after {_READY_TIMEOUT:.0f}s") from None
 
 
-async def _watch_meta(broker: Broker, stub: gossip_pb2_grpc.GossipStub, ready: asyncio.Event,
-                      stop: asyncio.Event) -> None:
+async def _watch_meta(
+    broker: Broker, stub: gossip_pb2_grpc.GossipStub, ready: asyncio.Event, stop: asyncio.Event
+) -> None:
     """Keep the trie and retained store in step with gossip; resync after a broken stream."""
     backoff = 0.1
     while not stop.is_set():
@@ -84,8 +86,14 @@ async def _watch_meta(broker: Broker, stub: gossip_pb2_grpc.GossipStub, ready: a
                     ready.set()
                     backoff = 0.1
         except grpc.aio.AioRpcError as exc:
-            log.emit("rpc.failed", "warning", target="gossip", method="Watch",
-                     code=exc.code().name, reason=str(exc.details()))
+            log.emit(
+                "rpc.failed",
+                "warning",
+                target="gossip",
+                method="Watch",
+                code=exc.code().name,
+                reason=str(exc.details()),
+            )
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 2.0)
 
@@ -102,14 +110,16 @@ def _drop_unseen(broker: Broker, seen: set[tuple[str, bytes]]) -> None:
             broker.retained.clear(mountpoint, topic)
 
 
-async def _watch_registry(broker: Broker, stub: registry_pb2_grpc.RegistryStub,
-                          stop: asyncio.Event) -> None:
+async def _watch_registry(
+    broker: Broker, stub: registry_pb2_grpc.RegistryStub, stop: asyncio.Event
+) -> None:
     backoff = 0.1
     broken = False
     while not stop.is_set():
         try:
-            call = stub.Watch(registry_pb2.WatchRequest(listener_id=broker.listener_id,
-                                                        node=broker.node))
+            call = stub.Watch(
+                registry_pb2.WatchRequest(listener_id=broker.listener_id, node=broker.node)
+            )
             await call.initial_metadata()
             if broken:
                 # a restarted registry marked our sessions offline: it would not know to take
@@ -124,8 +134,14 @@ async def _watch_registry(broker: Broker, stub: registry_pb2_grpc.RegistryStub,
                     broker.takeover(t.key, t.old_epoch)
         except grpc.aio.AioRpcError as exc:
             broken = True
-            log.emit("rpc.failed", "warning", target="registry", method="Watch",
-                     code=exc.code().name, reason=str(exc.details()))
+            log.emit(
+                "rpc.failed",
+                "warning",
+                target="registry",
+                method="Watch",
+                code=exc.code().name,
+                reason=str(exc.details()),
+            )
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 2.0)
 
@@ -144,30 +160,43 @@ async def _reload_auth(authorizer: Any, interval: float, stop: asyncio.Event) ->
             if authorizer.reload_if_changed():
                 log.emit("config.loaded", path="auth files", keys=0)
         except (OSError, ValueError, AuthFileError) as exc:
-            log.emit("auth.failed", "error", client_id="", peer="", username="",
-                     action="reload", topic="", reason=str(exc))
+            log.emit(
+                "auth.failed",
+                "error",
+                client_id="",
+                peer="",
+                username="",
+                action="reload",
+                topic="",
+                reason=str(exc),
+            )
 
 
 async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(factory, listener.host, listener.port,
-                                    reuse_port=reuse_port, backlog=4096)
+    return await loop.create_server(
+        factory, listener.host, listener.port, reuse_port=reuse_port, backlog=4096
+    )
 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
     node = config["nodename"]
     metrics = Registry()
     lm = ListenerMetrics(metrics)
-    addresses = {name: service_address(config, name) for name in ("registry", "gossip",
-                                                                   "msgstore")}
+    addresses = {name: service_address(config, name) for name in ("registry", "gossip", "msgstore")}
     channels = {name: channel(addr) for name, addr in addresses.items()}
     for name, chan in channels.items():
         await _wait_ready(name, chan, stop)
     store = StoreClient(channels["msgstore"])
     store.start()
-    broker = Broker(config, f"{node}/listener/{os.getpid()}", store,
-                    registry_pb2_grpc.RegistryStub(channels["registry"]),
-                    gossip_pb2_grpc.GossipStub(channels["gossip"]), metrics)
+    broker = Broker(
+        config,
+        f"{node}/listener/{os.getpid()}",
+        store,
+        registry_pb2_grpc.RegistryStub(channels["registry"]),
+        gossip_pb2_grpc.GossipStub(channels["gossip"]),
+        metrics,
+    )
     meta_ready = asyncio.Event()
     tasks = [
         asyncio.create_task(_watch_meta(broker, broker.gossip, meta_ready, stop)),
@@ -177,25 +206,35 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     await asyncio.wait_for(meta_ready.wait(), _READY_TIMEOUT)
 
     authorizer = _authorizer(config)
-    interval = min(config["ternmq_passwd.password_reload_interval"] or 1e9,
-                   config["ternmq_acl.acl_reload_interval"] or 1e9)
-    tasks.append(asyncio.create_task(_reload_auth(authorizer, interval if interval < 1e9 else 0,
-                                                  stop)))
+    interval = min(
+        config["ternmq_passwd.password_reload_interval"] or 1e9,
+        config["ternmq_acl.acl_reload_interval"] or 1e9,
+    )
+    tasks.append(
+        asyncio.create_task(_reload_auth(authorizer, interval if interval < 1e9 else 0, stop))
+    )
     admin = create_server()
     common_pb2_grpc.add_AdminServicer_to_server(
-        AdminServicer("listener", node, metrics,
-                      lambda: {"sessions": len(broker.sessions), "accepting": broker.accepting},
-                      lambda: broker.accepting), admin)
+        AdminServicer(
+            "listener",
+            node,
+            metrics,
+            lambda: {"sessions": len(broker.sessions), "accepting": broker.accepting},
+            lambda: broker.accepting,
+        ),
+        admin,
+    )
     admin_addr = service_address(config, "listener")
     bind(admin, admin_addr)
     await admin.start()
 
     servers = []
+    slow_auth = bool(config["plugins.ternmq_passwd"])
     for lst in tcp_listeners(config):
         limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
 
         def factory(lst: TcpListener = lst, limits: SessionLimits = limits) -> Connection:
-            return Connection(broker, lst, limits, authorizer, lm)
+            return Connection(broker, lst, limits, authorizer, lm, slow_auth)
 
         servers.append(await _start_tcp(lst, factory, config["listener.reuse_port"]))
         started(f"mqtt://{lst.host}:{lst.port}")
@@ -215,4 +254,4 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     await store.stop()
     await admin.stop(1)
     for chan in channels.values():
-        await chan.close()
+        await chan.close(None)

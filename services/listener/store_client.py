@@ -32,6 +32,10 @@ class StoreUnavailable(Exception):
     """The msgstore could not confirm a write."""
 
 
+class StreamBroken(Exception):
+    """The Stream RPC ended or misbehaved; it is reopened."""
+
+
 @dataclass(slots=True)
 class _Batch:
     pb: msgstore_pb2.StoreBatch = field(default_factory=msgstore_pb2.StoreBatch)
@@ -56,10 +60,10 @@ class StoreClient:
         self.batches_sent = 0
 
     # -- writes --------------------------------------------------------------------
-    def append(self, mountpoint: str, client_id: str, epoch: int,
-               delivery: common_pb2.Delivery) -> asyncio.Future[msgstore_pb2.AppendResult]:
-        fut: asyncio.Future[msgstore_pb2.AppendResult] = (
-            asyncio.get_running_loop().create_future())
+    def append(
+        self, mountpoint: str, client_id: str, epoch: int, delivery: common_pb2.Delivery
+    ) -> asyncio.Future[msgstore_pb2.AppendResult]:
+        fut: asyncio.Future[msgstore_pb2.AppendResult] = asyncio.get_running_loop().create_future()
         entry = self._open.pb.appends.add(epoch=epoch)
         entry.key.mountpoint = mountpoint
         entry.key.client_id = client_id
@@ -71,8 +75,11 @@ class StoreClient:
     def ack(self, mountpoint: str, client_id: str, epoch: int, seq: int) -> None:
         acks = self._open.pb.acks
         last = acks[-1] if acks else None
-        if last is not None and last.key.client_id == client_id and (
-                last.key.mountpoint == mountpoint and last.epoch == epoch):
+        if (
+            last is not None
+            and last.key.client_id == client_id
+            and (last.key.mountpoint == mountpoint and last.epoch == epoch)
+        ):
             last.seqs.append(seq)
             last.delivered_upto = max(last.delivered_upto, seq)
         else:
@@ -81,8 +88,9 @@ class StoreClient:
             entry.key.client_id = client_id
         self._added()
 
-    def mark(self, mountpoint: str, client_id: str, epoch: int, kind: int, ident: int,
-             set_: bool) -> None:
+    def mark(
+        self, mountpoint: str, client_id: str, epoch: int, kind: int, ident: int, set_: bool
+    ) -> None:
         entry = self._open.pb.marks.add(epoch=epoch, kind=kind, id=ident, set=set_)  # type: ignore[arg-type]
         entry.key.mountpoint = mountpoint
         entry.key.client_id = client_id
@@ -126,12 +134,18 @@ class StoreClient:
                 await self._session()
                 backoff = 0.05
             except grpc.aio.AioRpcError as exc:
-                self.connected.clear()
-                self._fail_all(f"{exc.code().name}: {exc.details()}")
-                log.emit("rpc.failed", "warning", target="msgstore", method="Stream",
-                         code=exc.code().name, reason=str(exc.details()))
+                self._broken(exc.code().name, str(exc.details()))
+            except StreamBroken as exc:
+                self._broken("STREAM_BROKEN", str(exc))
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
+
+    def _broken(self, code: str, reason: str) -> None:
+        self.connected.clear()
+        self._fail_all(f"{code}: {reason}")
+        log.emit(
+            "rpc.failed", "warning", target="msgstore", method="Stream", code=code, reason=reason
+        )
 
     async def _session(self) -> None:
         outbox: asyncio.Queue[msgstore_pb2.StoreBatch | None] = asyncio.Queue()
@@ -150,8 +164,7 @@ class StoreClient:
         try:
             async for result in call:
                 self._answer(result)
-            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
-                                       grpc.aio.Metadata(), details="stream ended")
+            raise StreamBroken("stream ended by the msgstore")
         finally:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -177,8 +190,7 @@ class StoreClient:
 
     def _answer(self, result: msgstore_pb2.StoreBatchResult) -> None:
         if not self._inflight or self._inflight[0].pb.batch_id != result.batch_id:
-            raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(),
-                                       grpc.aio.Metadata(), details="batch results out of order")
+            raise StreamBroken("batch results out of order")
         batch = self._inflight.pop(0)
         self._slot.set()
         if result.error and not result.results:
@@ -205,12 +217,24 @@ class StoreClient:
 
     # -- unary calls ---------------------------------------------------------------
     async def open(self, mountpoint: str, client_id: str, epoch: int) -> msgstore_pb2.QueueState:
-        return await self.stub.Open(msgstore_pb2.OpenRequest(
-            key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
-            epoch=epoch), timeout=10)
+        state: msgstore_pb2.QueueState = await self.stub.Open(
+            msgstore_pb2.OpenRequest(
+                key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id), epoch=epoch
+            ),
+            timeout=10,
+        )
+        return state
 
-    async def read(self, mountpoint: str, client_id: str, epoch: int, after_seq: int,
-                   max_entries: int = 1000) -> msgstore_pb2.ReadReply:
-        return await self.stub.Read(msgstore_pb2.ReadRequest(
-            key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
-            epoch=epoch, after_seq=after_seq, max_entries=max_entries), timeout=30)
+    async def read(
+        self, mountpoint: str, client_id: str, epoch: int, after_seq: int, max_entries: int = 1000
+    ) -> msgstore_pb2.ReadReply:
+        reply: msgstore_pb2.ReadReply = await self.stub.Read(
+            msgstore_pb2.ReadRequest(
+                key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
+                epoch=epoch,
+                after_seq=after_seq,
+                max_entries=max_entries,
+            ),
+            timeout=30,
+        )
+        return reply

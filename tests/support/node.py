@@ -7,6 +7,7 @@ the whole node (supervisor and services) with one ``killpg(SIGKILL)``, as an ope
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,16 +77,20 @@ class Node:
     def start(self, wait: bool = True) -> None:
         self.write_conf()
         out = open(self.base / "node.out", "ab")  # noqa: SIM115 - lives as long as the node
-        self.proc = subprocess.Popen([TERNMQ, "start", "--config", str(self.conf)],
-                                     stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [TERNMQ, "start", "--config", str(self.conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         if wait:
             self.wait_healthy()
 
     def health(self) -> int:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/health",
-                                        timeout=2) as resp:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.http_port}/health", timeout=2
+            ) as resp:
                 return int(resp.status)
         except urllib.error.HTTPError as exc:
             return int(exc.code)
@@ -95,8 +100,7 @@ class Node:
     def wait_healthy(self, timeout: float = 60) -> None:
         def ok() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"node exited with {self.proc.returncode}:\n"
-                                     + self.output())
+                raise AssertionError(f"node exited with {self.proc.returncode}:\n" + self.output())
             return self.health() == 200
 
         wait_for(ok, timeout, 0.1, "node /health 200")
@@ -106,22 +110,18 @@ class Node:
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def get_json(self, path: str) -> object:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}",
-                                    timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=5) as resp:
             return json.loads(resp.read())
 
     def get_text(self, path: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}",
-                                    timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=5) as resp:
             return str(resp.read().decode())
 
     def kill(self) -> None:
         """SIGKILL the node's whole process group (supervisor and every service)."""
         assert self.proc is not None
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=30)
         # children die with the group; make sure none lingers holding the store
         wait_for(lambda: not _group_alive(self.proc.pid), 30, 0.1, "node group gone")

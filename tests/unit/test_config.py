@@ -23,9 +23,12 @@ def test_defaults_cover_every_key() -> None:
 
 
 def test_values_are_typed() -> None:
-    cfg = parse_text(schema(), "max_message_size = 64KB\nretry_interval = 2m\n"
-                               "allow_anonymous = off\nlistener.tcp.allowed_protocol_versions"
-                               " = 4,5\n")
+    cfg = parse_text(
+        schema(),
+        "max_message_size = 64KB\nretry_interval = 2m\n"
+        "allow_anonymous = off\nlistener.tcp.allowed_protocol_versions"
+        " = 4,5\n",
+    )
     assert cfg["max_message_size"] == 65536
     assert cfg["retry_interval"] == 120.0
     assert cfg["allow_anonymous"] is False
@@ -33,13 +36,16 @@ def test_values_are_typed() -> None:
 
 
 def test_all_errors_reported_with_lines_and_suggestions() -> None:
-    text = "# comment\nmax_inflight_mesages = 3\nretry_interval = soon\nnot a line\n" \
-           "max_qos = 7\nmax_qos = 1\n"
+    text = (
+        "# comment\nmax_inflight_mesages = 3\nretry_interval = soon\nnot a line\n"
+        "max_qos = 7\nmax_qos = 1\n"
+    )
     with pytest.raises(ConfigError) as info:
         parse_text(schema(), text, "x.conf")
     msgs = [str(p) for p in info.value.problems]
-    assert msgs[0] == ("x.conf:2: unknown key 'max_inflight_mesages' "
-                       "(did you mean 'max_inflight_messages'?)")
+    assert msgs[0] == (
+        "x.conf:2: unknown key 'max_inflight_mesages' (did you mean 'max_inflight_messages'?)"
+    )
     assert msgs[1].startswith("x.conf:3: retry_interval: expected a duration")
     assert msgs[2].startswith("x.conf:4: expected 'key = value'")
     assert msgs[3].startswith("x.conf:5: max_qos: must be at most 2")
@@ -55,9 +61,12 @@ def test_enum_and_address_checks() -> None:
 
 
 def test_pattern_listeners_and_options() -> None:
-    cfg = parse_text(schema(), "listener.tcp.default = off\nlistener.tcp.a = 127.0.0.1:2000\n"
-                               "listener.tcp.a.mountpoint = m\nlistener.mountpoint = g\n"
-                               "listener.tcp.b = 127.0.0.1:2001\n")
+    cfg = parse_text(
+        schema(),
+        "listener.tcp.default = off\nlistener.tcp.a = 127.0.0.1:2000\n"
+        "listener.tcp.a.mountpoint = m\nlistener.mountpoint = g\n"
+        "listener.tcp.b = 127.0.0.1:2001\n",
+    )
     listeners = {lst.name: lst for lst in tcp_listeners(cfg)}
     assert set(listeners) == {"a", "b"}
     assert listeners["a"].mountpoint == "m"
@@ -79,13 +88,18 @@ def test_overrides_use_the_same_checks(tmp_path: Path) -> None:
 
 
 def test_round_trip_of_explicit_values() -> None:
-    cfg = parse_text(schema(), "retry_interval = 2m\nallow_anonymous = off\n"
-                               "listener.tcp.allowed_protocol_versions = 4,5\n")
+    cfg = parse_text(
+        schema(),
+        "retry_interval = 2m\nallow_anonymous = off\n"
+        "listener.tcp.allowed_protocol_versions = 4,5\n",
+    )
     again = parse_text(schema(), "\n".join(cfg.to_lines()))
     assert dict(again.explicit()) == dict(cfg.explicit())
 
 
 def test_shipped_default_conf_is_fresh() -> None:
     shipped = (ROOT / "deploy" / "ternmq.conf").read_text()
-    assert shipped == render_default_conf(schema()), "run: ternmq config defaults > deploy/ternmq.conf"
+    assert shipped == render_default_conf(schema()), (
+        "run: ternmq config defaults > deploy/ternmq.conf"
+    )
     parse_text(schema(), shipped)  # all commented: parses to defaults

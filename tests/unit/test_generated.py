@@ -12,9 +12,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_generated_protobuf_modules_are_fresh(tmp_path: Path) -> None:
     protos = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "proto").rglob("*.proto"))
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", "-I", "proto", f"--python_out={tmp_path}",
-         f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}", *protos],
-        cwd=ROOT, check=True,
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I",
+            "proto",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            *protos,
+        ],
+        cwd=ROOT,
+        check=True,
     )
     generated = sorted((tmp_path / "services" / "pb").glob("*.py*"))
     assert generated

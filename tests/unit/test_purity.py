@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FORBIDDEN = {"asyncio", "grpc", "lmdb", "socket", "time", "uvloop", "redis", "threading",
-             "subprocess", "selectors"}
+FORBIDDEN = {
+    "asyncio",
+    "grpc",
+    "lmdb",
+    "socket",
+    "time",
+    "uvloop",
+    "redis",
+    "threading",
+    "subprocess",
+    "selectors",
+}
 PURE = [
     "services/listener/mqtt",
     "services/listener/session",
@@ -48,7 +58,11 @@ def test_pure_module_imports_no_io(path: Path) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             bad += [a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] in FORBIDDEN:
-                bad.append(node.module)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] in FORBIDDEN
+        ):
+            bad.append(node.module)
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"

@@ -1,0 +1,35 @@
+"""Running the CONNECT's password check off the event loop.
+
+Password hashes (argon2id) cost tens of milliseconds by design; run on the event loop
+they would stall every other client. The session calls its authorizer synchronously
+(it is pure), so the connection checks the password in a worker thread *before* it
+hands the CONNECT to the session, and gives the session this per-connection view,
+which answers ``authenticate`` with the result already computed.
+"""
+
+from __future__ import annotations
+
+from services.listener.session.auth import Authorizer
+
+
+class ConnectionAuth:
+    def __init__(self, inner: Authorizer) -> None:
+        self.inner = inner
+        self.answer: int | None = None
+
+    def authenticate(
+        self, client_id: str, username: str | None, password: bytes | None, peer: str
+    ) -> int:
+        if self.answer is not None:
+            return self.answer
+        return self.inner.authenticate(client_id, username, password, peer)
+
+    def authorize_publish(
+        self, client_id: str, username: str | None, mountpoint: str, topic: str
+    ) -> bool:
+        return self.inner.authorize_publish(client_id, username, mountpoint, topic)
+
+    def authorize_subscribe(
+        self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
+    ) -> bool:
+        return self.inner.authorize_subscribe(client_id, username, mountpoint, topic_filter)
