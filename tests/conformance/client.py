@@ -182,6 +182,39 @@ class RawClient:
             if self.pending:
                 raise AssertionError(f"expected silence, got {self.pending[0]!r}")
 
+    def collect(self, timeout: float = QUIET) -> list[Packet]:
+        """Every packet that arrives within ``timeout`` seconds (for "one or more copies")."""
+        deadline = time.monotonic() + timeout
+        while self._fill(deadline):
+            pass
+        out = list(self.pending)
+        self.pending.clear()
+        return out
+
+    def expect_bytes(self, expected: bytes, timeout: float = TIMEOUT) -> None:
+        """The broker's next bytes are exactly ``expected`` (mosquitto-style byte check)."""
+        assert not self.pending and not self.decoder.buffered, "packets already decoded"
+        deadline = time.monotonic() + timeout
+        got = b""
+        while len(got) < len(expected):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(len(expected) - len(got))
+            except TimeoutError:
+                break
+            except OSError as exc:
+                if exc.errno not in _RESET_ERRNOS:
+                    raise
+                chunk = b""
+            if not chunk:
+                self.closed = True
+                break
+            got += chunk
+        assert got == expected, f"expected bytes {expected.hex(' ')}, got {got.hex(' ')}"
+
     def close(self) -> None:
         self.sock.close()
 

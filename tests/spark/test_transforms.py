@@ -80,7 +80,7 @@ def test_flow_latency_drops_and_node_load(spark: SparkSession) -> None:
     recs += [
         ev(
             "message.delivered",
-            f"07:00:{10 + i:02d}",
+            f"07:00:{10 + i * 0.4:09.6f}",
             node="dev2",
             msg_id="m2",
             topic="t",

@@ -226,7 +226,7 @@ def flush(s: Session) -> list[Action]:
         pending = acks[pid]
         code = pending.code
         if code is None:
-            continue
+            break
         del acks[pid]
         wire = v5_code(PacketType.PUBACK, code) if v5 else 0
         if pending.qos == 1:

@@ -1,0 +1,130 @@
+"""Invariants I1 and I2 on one node: kill it hard (SIGKILL to every process), start it
+again, and every QoS >= 1 message a publisher had acknowledged for a persistent session
+is delivered, in publish order. The first test is the user report in
+``seeds/001_*.txt`` (A, then B C queued, node killed) reduced to one node."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.clients import Client, mosquitto_pub, mosquitto_sub_once
+from tests.support.node import make_node, wait_for
+
+pytestmark = [pytest.mark.fault, pytest.mark.integration]
+
+
+def test_seed_report_order_survives_sigkill(tmp_path: Path) -> None:
+    node = make_node(tmp_path / "n")
+    node.start()
+    try:
+        port = node.mqtt_port
+        # 5. persistent QoS 1 subscriber; 6. "A" is delivered live
+        assert mosquitto_sub_once(port, "resume-test", 0, "resume-test", timeout=2) == []
+        sub = Client("resume-test", port, clean=False).connect()
+        sub.subscribe("resume-test", 1)
+        mosquitto_pub(port, "resume-test", "A")
+        assert [m.payload for m in sub.take(1)] == [b"A"]
+        # 7. the device goes away; 8. B and C are published and acknowledged
+        sub.disconnect()
+        mosquitto_pub(port, "resume-test", "B")
+        mosquitto_pub(port, "resume-test", "C")
+        # 9. the node dies hard
+        node.kill()
+        node.start()
+        # after the restart D and E are published; 10. the subscriber comes back
+        mosquitto_pub(port, "resume-test", "D")
+        mosquitto_pub(port, "resume-test", "E")
+        got = mosquitto_sub_once(port, "resume-test", 4, "resume-test")
+        assert got == ["B", "C", "D", "E"]
+    finally:
+        node.stop()
+
+
+def test_acknowledged_messages_survive_sigkill_under_load(tmp_path: Path) -> None:
+    """A publisher streams QoS 1 messages to an offline persistent subscriber while the
+    node is killed mid-stream: every PUBACKed message arrives after the restart, and the
+    first deliveries of the sequence are in publish order (duplicates are allowed: QoS 1
+    is at least once)."""
+    node = make_node(tmp_path / "n", max_offline_messages="100000")
+    node.start()
+    port = node.mqtt_port
+    try:
+        sub = Client("load-sub", port, clean=False).connect()
+        sub.subscribe("load/t", 1)
+        sub.disconnect()
+        pub = Client("load-pub", port).connect()
+        stop = threading.Event()
+
+        def publish() -> None:
+            i = 0
+            while not stop.is_set() and i < 200_000:
+                pub.publish("load/t", str(i).encode(), qos=1, tag=i)
+                i += 1
+                if i % 50 == 0:
+                    time.sleep(0.001)
+
+        t = threading.Thread(target=publish, daemon=True)
+        t.start()
+        wait_for(lambda: len(pub.acked) >= 2000, 60, what="2000 PUBACKs")
+        node.kill()
+        stop.set()
+        t.join(10)
+        acked = set(pub.acked)
+        pub.paho.loop_stop()
+        assert len(acked) >= 2000
+        node.start()
+        sub2 = Client("load-sub", port, clean=False).connect()
+        assert sub2.session_present
+        got = [int(m.payload) for m in sub2.drain(quiet=3.0)]
+        sub2.disconnect()
+        missing = acked - set(got)
+        assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+        firsts: list[int] = []
+        seen: set[int] = set()
+        for v in got:
+            if v not in seen:
+                seen.add(v)
+                firsts.append(v)
+        assert firsts == sorted(firsts), "deliveries out of publish order"
+    finally:
+        node.stop()
+
+
+@pytest.mark.parametrize("service", ["listener", "msgstore"])
+def test_killing_one_service_loses_nothing_acknowledged(tmp_path: Path, service: str) -> None:
+    """SIGKILL one service; the supervisor restarts it; nothing acknowledged is lost."""
+    import os
+    import signal
+
+    node = make_node(tmp_path / "n")
+    node.start()
+    port = node.mqtt_port
+    try:
+        sub = Client(f"svc-sub-{service}", port, clean=False).connect()
+        sub.subscribe("svc/t", 1)
+        sub.disconnect()
+        pub = Client(f"svc-pub-{service}", port).connect()
+        for i in range(200):
+            pub.publish("svc/t", str(i).encode(), qos=1, tag=i)
+        wait_for(lambda: len(pub.acked) == 200, 30, what="200 PUBACKs")
+        pub.disconnect()
+        pid = node.get_json("/status")["children"][service]["pid"]  # type: ignore[index]
+        os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: node.get_json("/status")["children"][service]["pid"] != pid,  # type: ignore[index]
+            30,
+            what=f"{service} restarted",
+        )
+        node.wait_healthy()
+        sub2 = Client(f"svc-sub-{service}", port, clean=False).connect()
+        got = [int(m.payload) for m in sub2.drain(quiet=2.0)]
+        sub2.disconnect()
+        assert sorted(set(got)) == list(range(200))
+        crashed = list(node.events("service.crashed"))
+        assert any(e["child"] == service for e in crashed)
+    finally:
+        node.stop()
