@@ -18,7 +18,7 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spark_pipeline.synthetic import SynthConfig, generate, write_truth  # noqa: E402
+from spark_pipeline.synthetic import SynthConfig, generate, write_truth
 
 
 @click.command()

@@ -183,9 +183,13 @@ class RawClient:
                 raise AssertionError(f"expected silence, got {self.pending[0]!r}")
 
     def collect(self, timeout: float = QUIET) -> list[Packet]:
-        """Every packet that arrives within ``timeout`` seconds (for "one or more copies")."""
+        """Every packet that arrives within ``timeout`` seconds (for "one or more copies"),
+        or until the broker closes the connection (``closed`` tells)."""
         deadline = time.monotonic() + timeout
-        while self._fill(deadline):
+        try:
+            while self._fill(deadline):
+                pass
+        except Closed:
             pass
         out = list(self.pending)
         self.pending.clear()

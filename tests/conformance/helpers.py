@@ -134,18 +134,17 @@ def wait_event(
 
 
 def check_serving(node: Node, version: int = 4) -> None:
-    """The broker still accepts a client and routes a message to it: the test before
-    did not make it crash, hang or stop accepting."""
-    cid = unique("alive")
-    client, _ = connected(node.mqtt_port, cid, version)
-    try:
-        client.subscribe(f"{cid}/t", qos=1)
-        client.publish(f"{cid}/t", b"still here", qos=1)
-        pub = client.receive()
-        assert (pub.topic, pub.payload) == (f"{cid}/t", b"still here")
-        client.disconnect()
-    finally:
-        client.close()
+    """The broker still accepts clients and routes a message between them: the test
+    before did not make it crash, hang or stop accepting."""
+    topic = unique("alive") + "/t"
+    sub, _ = connected(node.mqtt_port, unique("alive"), version)
+    pub, _ = connected(node.mqtt_port, unique("alive"), version)
+    sub.subscribe(topic, qos=1)
+    pub.publish(topic, b"still here", qos=1)
+    got = sub.receive()
+    assert (got.topic, got.payload) == (topic, b"still here")
+    sub.disconnect()
+    pub.disconnect()
 
 
 def rss_kib(pid: int) -> int:

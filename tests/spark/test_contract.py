@@ -64,7 +64,7 @@ def test_conflicting_field_types_are_refused() -> None:
         "a.b": EventSpec("a.b", {"size": "int"}, ""),
         "c.d": EventSpec("c.d", {"size": "str"}, ""),
     }
-    with pytest.raises(ValueError, match="size: int in a.b but str in c.d"):
+    with pytest.raises(ValueError, match=r"size: int in a\.b but str in c\.d"):
         build_line_schema(events)
 
 

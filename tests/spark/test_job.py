@@ -127,10 +127,13 @@ def make_logs(base: Path) -> Path:
         s += delivered(f"06.{n:06d}", i, bool(dup)) + acked(f"07.{n:06d}", i)
     s += '{"ts":"2026-11-22T07:00:08Z","event":"message.del'  # crash mid-write
     (d2 / "listener.jsonl").write_text(s)
-    for node, peer, t in (("dev1", "dev2", "03"), ("dev2", "dev1", "04")):
+    for node, peer, start, end in (
+        ("dev1", "dev2", "03.0", "03.5"),
+        ("dev2", "dev1", "03.2", "03.7"),
+    ):
         (base / node / "log" / "gossip.jsonl").write_text(
-            line(f"{t}.000000", node, "netsplit.detected", unreachable=[peer], members=2)
-            + line(f"{t}.500000", node, "netsplit.healed", duration_s=0.5, members=2)
+            line(f"{start}00000", node, "netsplit.detected", unreachable=[peer], members=2)
+            + line(f"{end}00000", node, "netsplit.healed", duration_s=0.5, members=2)
         )
     return base
 
@@ -170,7 +173,7 @@ def test_run_job_twice_and_query_it(spark: SparkSession, tmp_path: Path) -> None
     assert sessions == [("P", "dev1", True, 9.0), ("S", "dev2", False, None)]
     splits = spark.read.parquet(str(out / "netsplits")).collect()
     assert [(r["nodes"], r["duration_s"], r["reports"]) for r in splits] == [
-        (["dev1", "dev2"], 1.5, 2)
+        (["dev1", "dev2"], 0.7, 2)
     ]
     flow = spark.read.parquet(str(out / "message_flow")).collect()
     assert sum(r["messages"] for r in flow) == 7 and sum(r["deliveries"] for r in flow) == 7

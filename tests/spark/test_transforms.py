@@ -22,7 +22,7 @@ def ev(event: str, ts: str, node: str = "dev1", **fields: Any) -> dict[str, Any]
 def at(hms: str) -> datetime:
     """A UTC time as PySpark returns timestamps: naive, in the local time zone."""
     h, m, s = (float(x) for x in hms.split(":"))
-    utc = datetime(2026, 11, 22, int(h), int(m), int(s), int(round(s % 1 * 1e6)), tzinfo=UTC)
+    utc = datetime(2026, 11, 22, int(h), int(m), int(s), round(s % 1 * 1e6), tzinfo=UTC)
     return datetime.fromtimestamp(utc.timestamp())
 
 
