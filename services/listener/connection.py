@@ -87,6 +87,7 @@ class Connection(asyncio.Protocol):
         self.resuming = False
         self._resume_buffer: list[OutboundMessage] = []
         self._held_error: MQTTError | None = None
+        self._barrier: asyncio.Future[None] | None = None  # writes wait for a durable mark
         self._wbuf: list[bytes] = []
         self._flush_scheduled = False
         self._timers: dict[str, list[Any]] = {}
@@ -351,7 +352,7 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._wbuf or self.transport is None:
+        if not self._wbuf or self.transport is None or self._barrier is not None:
             return
         log.flush()  # events about what we are sending reach the OS first
         data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
@@ -442,13 +443,32 @@ class Connection(asyncio.Protocol):
             )
 
     def _store_mark(self, action: StoreMark) -> None:
-        if self.persistent and self.sid is not None:
-            self.broker.store.mark(
-                self.sid[0], self.sid[1], self.epoch, action.kind, action.ident, action.set
-            )
+        """Persist QoS 2 state; what follows (PUBREC/PUBREL) is written only once it is
+        durable, so a crash can never leave the client believing a step we forgot."""
+        if not (self.persistent and self.sid is not None):
+            return
+        self.broker.store.mark(
+            self.sid[0], self.sid[1], self.epoch, action.kind, action.ident, action.set
+        )
+        if action.set:
+            barrier = self.broker.store.flush()
+            self._barrier = barrier
+            barrier.add_done_callback(self._barrier_passed)
+
+    def _barrier_passed(self, fut: asyncio.Future[None]) -> None:
+        if self._barrier is fut:
+            self._barrier = None
+            if self._wbuf and not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
 
     def _dropped(self, action: Dropped) -> None:
-        self.broker.dropped(self.sid[1] if self.sid else "", action.delivery, action.reason)
+        out = action.delivery
+        if out.seq is not None and self.persistent and self.sid is not None:
+            # expired or too large for this client: it will never be deliverable, so the
+            # queue must not offer it again on every reconnect
+            self.broker.store.ack(self.sid[0], self.sid[1], self.epoch, out.seq)
+        self.broker.dropped(self.sid[1] if self.sid else "", out, action.reason)
 
     def _publish_will(self, action: PublishWill) -> None:
         self.broker.publish_will(self, action.will, action.delay)
