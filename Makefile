@@ -36,7 +36,12 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy services spark_pipeline
 
-test: $(STAMP)
+JS_DEPS := tests/js/node_modules/.package-lock.json
+
+$(JS_DEPS): tests/js/package.json tests/js/package-lock.json
+	npm ci --prefix tests/js --silent --no-audit --no-fund
+
+test: $(STAMP) $(JS_DEPS)
 	$(MAKE) lint typecheck
 	$(BIN)/python -m pytest tests -q
 
