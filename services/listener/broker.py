@@ -186,6 +186,11 @@ class Broker:
             await self._resume(conn, sid, reply.epoch)
 
     async def _resume(self, conn: Connection, sid: SubscriberId, epoch: int) -> None:
+        # Appends routed while the session was offline may still be on their way to the
+        # store; the read must see them, or they would surface after newer live messages.
+        # Appends routed from now on find the session online and reach it live (buffered
+        # by the connection until the replay is done, deduplicated by seq).
+        await self.store.flush()
         queued: list[OutboundMessage] = []
         after = 0
         inbound: list[int] = []
