@@ -88,6 +88,8 @@ class Connection(asyncio.Protocol):
         self._resume_buffer: list[OutboundMessage] = []
         self._held_error: MQTTError | None = None
         self._barrier: asyncio.Future[None] | None = None  # writes wait for a durable mark
+        self._delivered_hi = 0  # highest queue seq written to the client
+        self._delivered_sent = 0  # ... and reported to the store
         self._wbuf: list[bytes] = []
         self._flush_scheduled = False
         self._timers: dict[str, list[Any]] = {}
@@ -156,16 +158,7 @@ class Connection(asyncio.Protocol):
 
     def _protocol_error(self, error: MQTTError, now: float) -> None:
         assert self.session is not None
-        self.metrics.protocol_errors.inc()
-        log.emit(
-            "protocol.error",
-            "warning",
-            client_id=self.session.client_id or "",
-            peer=self.peer,
-            reason=str(error),
-            reason_code=int(error.reason_code or 0),
-        )
-        self.execute(self.session.handle_protocol_error(error, now))
+        self.execute(self.session.handle_protocol_error(error, now))  # logs protocol.error
 
     def _handle(self, packets: list[Packet], now: float) -> bool:
         """Feed packets to the session; True when it must stop (closed or auth pending)."""
@@ -354,6 +347,9 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         if not self._wbuf or self.transport is None or self._barrier is not None:
             return
+        if self._delivered_hi > self._delivered_sent and self.sid is not None:
+            self._delivered_sent = self._delivered_hi
+            self.broker.store.delivered(self.sid[0], self.sid[1], self.epoch, self._delivered_hi)
         log.flush()  # events about what we are sending reach the OS first
         data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
         self._wbuf.clear()
@@ -369,6 +365,8 @@ class Connection(asyncio.Protocol):
         assert self.session is not None
         out = action.delivery
         self.metrics.packets_out.labels("PUBLISH").inc()
+        if out.seq is not None and out.seq > self._delivered_hi and self.persistent:
+            self._delivered_hi = out.seq
         self.broker.m_delivered.labels(str(out.qos)).inc()
         self._write(encode(action.packet, self.session.protocol_version))
         if out.qos and log.message_events_enabled():
@@ -508,4 +506,8 @@ class Connection(asyncio.Protocol):
         self.broker.spawn(self.broker.ended(self, action), "ended")
 
     def _log_event(self, action: LogEvent) -> None:
-        log.emit(action.event, "info", **dict(action.fields))
+        if action.event == "protocol.error":
+            self.metrics.protocol_errors.inc()
+            log.emit(action.event, "warning", **dict(action.fields))
+        else:
+            log.emit(action.event, "info", **dict(action.fields))

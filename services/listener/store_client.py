@@ -88,6 +88,24 @@ class StoreClient:
             entry.key.client_id = client_id
         self._added()
 
+    def delivered(self, mountpoint: str, client_id: str, epoch: int, upto: int) -> None:
+        """Everything up to ``upto`` was written to the client: a resume after this sets
+        DUP on those entries [MQTT-3.3.1-1] and not on the ones it never saw."""
+        acks = self._open.pb.acks
+        last = acks[-1] if acks else None
+        if (
+            last is not None
+            and last.key.client_id == client_id
+            and last.key.mountpoint == mountpoint
+            and last.epoch == epoch
+        ):
+            last.delivered_upto = max(last.delivered_upto, upto)
+            return
+        entry = acks.add(epoch=epoch, delivered_upto=upto)
+        entry.key.mountpoint = mountpoint
+        entry.key.client_id = client_id
+        self._added()
+
     def mark(
         self, mountpoint: str, client_id: str, epoch: int, kind: int, ident: int, set_: bool
     ) -> None:

@@ -174,6 +174,7 @@ class RawClient:
         except Closed:
             if self.pending:
                 raise AssertionError(f"expected close, got {self.pending[0]!r}") from None
+            self.sock.close()
 
     def no_packet(self, timeout: float = QUIET) -> None:
         """Nothing arrives for ``timeout`` seconds, and the connection stays open."""
@@ -276,9 +277,20 @@ class RawClient:
         elif pub.qos == 2:
             assert pub.packet_id is not None
             self.send(Pubrec(pub.packet_id))
-            assert self.expect(Pubrel, timeout).packet_id == pub.packet_id
+            self._await_pubrel(pub.packet_id, timeout)
             self.send(Pubcomp(pub.packet_id))
         return pub
+
+    def _await_pubrel(self, packet_id: int, timeout: float) -> None:
+        """Read up to the PUBREL for ``packet_id``; packets before it (further PUBLISHes
+        of the window) stay pending, in order."""
+        skipped: list[Packet] = []
+        while True:
+            pkt = self.recv(timeout)
+            if isinstance(pkt, Pubrel) and pkt.packet_id == packet_id:
+                break
+            skipped.append(pkt)
+        self.pending.extendleft(reversed(skipped))
 
     def disconnect(self, reason_code: int = 0) -> None:
         """A normal DISCONNECT, then wait for the broker to close the socket."""

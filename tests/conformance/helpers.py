@@ -12,28 +12,53 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tests.conformance.client import connected
-from tests.support.node import Node
+from services.listener.mqtt.types import Connack, Disconnect, Properties, Puback, Publish
+from tests.conformance.client import RawClient, connected
+from tests.support.node import Node, make_node
 
 __all__ = [
+    "ALIAS_MAX",
+    "PACKET_MAX",
+    "RECEIVE_MAX",
     "check_serving",
     "connect_bytes",
+    "expect_disconnect",
     "frame",
     "prop",
     "publish_bytes",
+    "publishes",
     "rss_kib",
+    "started_node",
     "string",
     "u16",
     "u32",
     "unique",
+    "v5_client",
     "varint",
     "wait_event",
 ]
 
 _ids = itertools.count(1)
+
+# Limits of the ``mqtt5_node`` fixture (conftest), small enough for tests to hit.
+RECEIVE_MAX = 5
+ALIAS_MAX = 4
+PACKET_MAX = 4096
+
+
+def started_node(base: Path, **settings: str) -> Iterator[Node]:
+    """Start a node with ``settings``; stop it afterwards, and fail if it did not exit 0.
+    Fixtures ``yield from`` it."""
+    node = make_node(base, **settings)
+    node.start()
+    try:
+        yield node
+    finally:
+        code = node.stop()
+        assert code == 0, node.output()
 
 
 def unique(prefix: str = "c") -> str:
@@ -154,3 +179,31 @@ def rss_kib(pid: int) -> int:
             return int(line.split()[1])
     raise AssertionError(f"no VmRSS for pid {pid}")
 
+
+def v5_client(node: Node, **props: object) -> tuple[RawClient, Connack]:
+    """A connected MQTT 5 client with a fresh id and the given CONNECT properties."""
+    return connected(node.mqtt_port, unique(), 5, properties=Properties(**props))  # type: ignore[arg-type]
+
+
+def publishes(client: RawClient, timeout: float = 1.0) -> list[Publish]:
+    """Every PUBLISH arriving within ``timeout``, each QoS 1 one acknowledged at once."""
+    out: list[Publish] = []
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            pkt = client.recv(left)
+        except AssertionError:
+            break
+        assert isinstance(pkt, Publish), pkt
+        if pkt.qos == 1:
+            assert pkt.packet_id is not None
+            client.send(Puback(pkt.packet_id))
+        out.append(pkt)
+    return out
+
+
+def expect_disconnect(client: RawClient, *codes: int) -> None:
+    """A v5 DISCONNECT with one of ``codes``, then the close."""
+    reason = client.expect(Disconnect).reason_code
+    assert reason in codes, f"DISCONNECT 0x{reason:02X}, expected one of {codes}"
+    client.expect_closed()

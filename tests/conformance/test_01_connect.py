@@ -24,8 +24,13 @@ from services.listener.mqtt.types import (
     Subscription,
 )
 from tests.conformance.client import RawClient, connected, protocol_name
-from tests.conformance.conftest import started_node
-from tests.conformance.helpers import check_serving, connect_bytes, publish_bytes, unique
+from tests.conformance.helpers import (
+    check_serving,
+    connect_bytes,
+    publish_bytes,
+    started_node,
+    unique,
+)
 from tests.support.node import Node, free_port
 
 pytestmark = pytest.mark.integration

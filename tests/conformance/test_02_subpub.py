@@ -33,11 +33,11 @@ def _delivered(node: Node, topic_filter: str, topics: list[str]) -> list[str]:
     """Publish each of ``topics`` (QoS 1, so each is routed before the next) and return
     the topics a subscriber to ``topic_filter`` received, in order."""
     sub, pub = _pair(node)
+    marker = unique("marker")
+    sub.subscribe(marker, 0)
     assert sub.subscribe(topic_filter, 0).reason_codes == (0,)
     for i, topic in enumerate(topics):
         pub.publish(topic, str(i).encode(), qos=1)
-    marker = topic_filter.split("/")[0] + "/zz-marker"
-    sub.subscribe(marker, 0)
     pub.publish(marker, b"end", qos=1)
     got: list[str] = []
     while (p := sub.expect(Publish)).topic != marker:

@@ -21,8 +21,7 @@ from services.listener.mqtt.types import (
     Pubrel,
 )
 from tests.conformance.client import RawClient, connected
-from tests.conformance.conftest import started_node
-from tests.conformance.helpers import unique
+from tests.conformance.helpers import started_node, unique
 from tests.support.node import Node
 
 pytestmark = pytest.mark.integration
@@ -83,6 +82,20 @@ def test_qos2_inbound_exactly_once(node: Node, version: int) -> None:
     got = sub.receive()
     assert (got.payload, got.qos) == (b"q2", 2)
     sub.no_packet()
+    pub.disconnect()
+    sub.disconnect()
+
+
+def test_incoming_dup_not_propagated(node: Node) -> None:
+    """[MQTT-3.3.1-3] the DUP flag a subscriber sees says whether *that* PUBLISH is a
+    retransmission; a publisher's DUP is not passed on."""
+    t = unique("t")
+    sub = _sub(node, t, 1, 5)
+    pub, _ = connected(node.mqtt_port, unique(), 4)
+    pub.send(Publish(t, b"dup-in", 1, dup=True, packet_id=5))
+    assert pub.expect(Puback).packet_id == 5
+    got = sub.receive()
+    assert (got.payload, got.dup) == (b"dup-in", False)
     pub.disconnect()
     sub.disconnect()
 

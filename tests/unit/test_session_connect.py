@@ -108,7 +108,8 @@ def test_second_connect_while_registering_closes_without_packets() -> None:
     session.handle_packet(connect_packet(5), 1.0)
     actions = session.handle_packet(connect_packet(5), 1.0)
     assert not packets(actions)
-    assert [type(a) for a in actions] == [Close, Ended]
+    assert [type(a) for a in actions] == [LogEvent, Close, Ended]
+    assert actions[0].event == "protocol.error"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -193,9 +194,10 @@ def test_authentication_refused(version: int, auth_code: int, v4_code: int) -> N
 def test_authentication_failure_is_logged_with_catalogue_fields() -> None:
     session = new_session(auth=Recorder(connect_code=R.BAD_USER_NAME_OR_PASSWORD))
     actions = session.handle_packet(connect_packet(5, username="bob"), 1.0)
-    (log,) = of(actions, LogEvent)
+    logs = {a.event: a for a in of(actions, LogEvent)}
+    assert set(logs) == {"auth.failed", "client.rejected"}
+    log = logs["auth.failed"]
     fields = dict(log.fields)
-    assert log.event == "auth.failed"
     assert unknown_fields(log.event, fields) == []
     assert fields["username"] == "bob" and fields["action"] == "connect"
     assert fields["peer"] == PEER
@@ -484,4 +486,5 @@ def test_decoder_error_while_registering_sends_nothing() -> None:
     session.handle_packet(connect_packet(5), 0.0)
     actions = session.handle_protocol_error(MalformedPacket("junk"), 1.0)
     assert not packets(actions)
-    assert [type(a) for a in actions] == [Close, Ended]
+    assert [type(a) for a in actions] == [LogEvent, Close, Ended]
+    assert actions[0].event == "protocol.error"  # type: ignore[union-attr]

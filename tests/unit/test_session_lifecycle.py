@@ -28,7 +28,7 @@ from services.listener.mqtt.types import (
     Will,
 )
 from services.listener.mqtt.types import ReasonCode as R
-from services.listener.session.actions import Close, Ended, PublishWill, SetTimer
+from services.listener.session.actions import Close, Ended, LogEvent, PublishWill, SetTimer
 from services.listener.session.core import SessionState
 from services.listener.session.limits import SessionLimits
 
@@ -230,7 +230,10 @@ def test_decoder_error_when_connected_v5(err: MQTTError, code: int) -> None:
 def test_decoder_error_when_connected_v3_just_closes(version: int) -> None:
     session = connected(version, will=WILL)
     actions = session.handle_protocol_error(MalformedPacket("bad"), 1.0)
-    assert [type(a) for a in actions] == [Close, PublishWill, Ended]
+    assert [type(a) for a in actions] == [LogEvent, Close, PublishWill, Ended]
+    log = actions[0]
+    assert isinstance(log, LogEvent) and log.event == "protocol.error"
+    assert dict(log.fields)["reason_code"] == 0x81
 
 
 def test_closed_session_absorbs_everything() -> None:

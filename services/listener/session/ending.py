@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from services.listener.mqtt.errors import MQTTError
 from services.listener.mqtt.types import Connack, Disconnect, PacketType
-from services.listener.session.actions import Action, Close, Ended, PublishWill, Send
+from services.listener.session.actions import Action, Close, Ended, LogEvent, PublishWill, Send
 from services.listener.session.codes import v5_code
 from services.listener.session.state import SessionState
 
@@ -32,10 +32,14 @@ if TYPE_CHECKING:
 
 
 def fail(s: Session, err: MQTTError, before: Sequence[Action] = ()) -> list[Action]:
-    """The client broke the protocol (``err`` carries the reason code it is owed)."""
+    """The client broke the protocol (``err`` carries the reason code it is owed).
+
+    Every error, whether the decoder or a handler found it, is logged here once: a
+    refused CONNECT as ``client.rejected``, a broken protocol after it as ``protocol.error``."""
     out = list(before)
     if s.state is SessionState.CLOSED:
         return out
+    out.append(_logged(s, err))
     if s.state is SessionState.CONNECTING:
         s.state = SessionState.CLOSED
         connack = _refusal(s, err)
@@ -45,6 +49,18 @@ def fail(s: Session, err: MQTTError, before: Sequence[Action] = ()) -> list[Acti
         return out
     code = err.reason_code
     return out + end(s, "protocol_error", code, disconnect=True, will=True, message=err.message)
+
+
+def _logged(s: Session, err: MQTTError) -> LogEvent:
+    common = (
+        ("client_id", s.client_id or ""),
+        ("peer", s.peer),
+        ("reason", err.message),
+        ("reason_code", int(err.reason_code)),
+    )
+    if s.state is SessionState.CONNECTING:
+        return LogEvent("client.rejected", (*common, ("proto_ver", s.protocol_version)))
+    return LogEvent("protocol.error", common)
 
 
 def _refusal(s: Session, err: MQTTError) -> Connack | None:
