@@ -90,6 +90,7 @@ class Broker:
         self._ids = itertools.count(1)
         self._id_prefix = f"{self.node.split('@')[0]}-{int(time.time() * 1000) % 10**10:x}-"
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._msg_pb: tuple[Message, common_pb2.MqttMessage] | None = None
         self.accepting = False
         m = metrics
         self.m_published = m.counter("messages_published_total", "PUBLISHes accepted", ["qos"])
@@ -301,19 +302,11 @@ class Broker:
         if not waits:
             conn.routed(token, code)
             return
-        gathered = asyncio.gather(*waits, return_exceptions=True)
-        gathered.add_done_callback(lambda f: self._routed(conn, token, code, f))
+        _Countdown(len(waits), conn, token, code, self).watch(waits)
 
-    def _routed(
-        self, conn: Connection, token: int, code: int, fut: asyncio.Future[list[Any]]
-    ) -> None:
-        failed = [r for r in fut.result() if isinstance(r, BaseException)]
-        if failed:
-            self.m_store_errors.inc(len(failed))
-            log.emit("store.error", "error", op="append", reason=str(failed[0]))
-            conn.routed(token, ReasonCode.UNSPECIFIED_ERROR)
-        else:
-            conn.routed(token, code)
+    def store_failed(self, reason: str) -> None:
+        self.m_store_errors.inc()
+        log.emit("store.error", "error", op="append", reason=reason)
 
     def _deliver_to(
         self,
@@ -330,7 +323,10 @@ class Broker:
         if conn is not None and (qos == 0 or not conn.persistent):
             conn.deliver(out)
             return
-        fut = self.store.append(sid[0], sid[1], 0, convert.delivery_to_pb(out, self.node))
+        pb = self._msg_pb
+        if pb is None or pb[0] is not msg:  # one protobuf per publish, not per subscriber
+            pb = self._msg_pb = (msg, convert.message_to_pb(msg, self.node))
+        fut = self.store.append(sid[0], sid[1], 0, pb[1], qos, out.retain, sub_ids)
         self.m_queued.inc()
         fut.add_done_callback(lambda f: self._appended(sid, conn, out, f))
         if msg.qos:
@@ -535,6 +531,52 @@ class Broker:
             handle.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
+
+
+_FAILED_APPENDS = (msgstore_pb2.APPEND_STORE_ERROR, msgstore_pb2.APPEND_STALE_EPOCH)
+
+
+class _Countdown:
+    """Answers a QoS >= 1 publisher once every durable write it waits on is done.
+
+    Lighter than ``asyncio.gather`` (which was ~8% of the listener's time under load):
+    one counter, one callback per write. Any failed write — an exception, or an append
+    the store refused for lack of space or a stale epoch — makes the answer 0x80, so the
+    publisher is never acknowledged for a message that is not on disk (I1). A full
+    session queue (max_offline_messages) is a deliberate, logged drop, not a failure.
+    """
+
+    __slots__ = ("broker", "code", "conn", "failure", "left", "token")
+
+    def __init__(self, n: int, conn: Connection, token: int, code: int, broker: Broker) -> None:
+        self.left = n
+        self.conn = conn
+        self.token = token
+        self.code = code
+        self.broker = broker
+        self.failure: str | None = None
+
+    def watch(self, waits: list[asyncio.Future[Any]]) -> None:
+        for fut in waits:
+            fut.add_done_callback(self._done)
+
+    def _done(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            self.failure = self.failure or "cancelled"
+        elif (exc := fut.exception()) is not None:
+            self.failure = self.failure or str(exc)
+        else:
+            res = fut.result()
+            if isinstance(res, msgstore_pb2.AppendResult) and res.status in _FAILED_APPENDS:
+                self.failure = self.failure or msgstore_pb2.AppendStatus.Name(res.status)
+        self.left -= 1
+        if self.left:
+            return
+        if self.failure is not None:
+            self.broker.store_failed(self.failure)
+            self.conn.routed(self.token, ReasonCode.UNSPECIFIED_ERROR)
+        else:
+            self.conn.routed(self.token, self.code)
 
 
 def _log_put_failure(fut: asyncio.Future[Any]) -> None:

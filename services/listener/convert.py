@@ -72,15 +72,6 @@ def message_from_pb(pb: common_pb2.MqttMessage) -> Message:
     )
 
 
-def delivery_to_pb(out: OutboundMessage, node: str) -> common_pb2.Delivery:
-    return common_pb2.Delivery(
-        msg=message_to_pb(out.message, node),
-        qos=out.qos,
-        retain=out.retain,
-        sub_ids=out.sub_ids,
-    )
-
-
 def delivery_from_pb(pb: common_pb2.Delivery, seq: int | None, dup: bool) -> OutboundMessage:
     return OutboundMessage(
         message=message_from_pb(pb.msg),

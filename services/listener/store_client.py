@@ -45,7 +45,7 @@ class _Batch:
 
 
 class StoreClient:
-    def __init__(self, channel: grpc.aio.Channel, max_inflight: int = 2) -> None:
+    def __init__(self, channel: grpc.aio.Channel, max_inflight: int = 8) -> None:
         self.stub = msgstore_pb2_grpc.MsgStoreStub(channel)
         self.max_inflight = max_inflight
         self._open = _Batch()
@@ -61,13 +61,26 @@ class StoreClient:
 
     # -- writes --------------------------------------------------------------------
     def append(
-        self, mountpoint: str, client_id: str, epoch: int, delivery: common_pb2.Delivery
+        self,
+        mountpoint: str,
+        client_id: str,
+        epoch: int,
+        msg: common_pb2.MqttMessage,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
     ) -> asyncio.Future[msgstore_pb2.AppendResult]:
+        """Queue one delivery; ``msg`` is shared by every copy of one publish (built once)."""
         fut: asyncio.Future[msgstore_pb2.AppendResult] = asyncio.get_running_loop().create_future()
         entry = self._open.pb.appends.add(epoch=epoch)
         entry.key.mountpoint = mountpoint
         entry.key.client_id = client_id
-        entry.delivery.CopyFrom(delivery)
+        delivery = entry.delivery
+        delivery.msg.CopyFrom(msg)
+        delivery.qos = qos
+        delivery.retain = retain
+        if sub_ids:
+            delivery.sub_ids.extend(sub_ids)
         self._open.futures.append(fut)
         self._added()
         return fut
