@@ -27,7 +27,7 @@ from spark_pipeline.synthetic import SynthConfig, generate, write_truth
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(min=1, max=50))
 @click.option("--publishers", default=30, show_default=True, type=click.IntRange(min=1))
 @click.option("--subscribers", default=20, show_default=True, type=click.IntRange(min=1))
-@click.option("--rate", default=2000.0, show_default=True, help="Messages per second.")
+@click.option("--rate", default=300.0, show_default=True, help="Messages per second.")
 @click.option("--lose", default=0.0005, show_default=True, help="Fraction of QoS>=1 pairs.")
 @click.option("--duplicate", default=0.001, show_default=True)
 @click.option("--reorder", default=0.0005, show_default=True)

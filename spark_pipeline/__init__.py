@@ -9,3 +9,8 @@ Python twin of the audit used to cross-check Spark and as the benchmark baseline
 """
 
 from __future__ import annotations
+
+from typing import Final
+
+# Here, not in ``session``, so that the CLI can show it without importing pyspark.
+DEFAULT_MASTER: Final = "local[*]"

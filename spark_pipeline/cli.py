@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from spark_pipeline.session import DEFAULT_MASTER
+from spark_pipeline import DEFAULT_MASTER
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,12 +84,15 @@ def run(
 ) -> None:
     """Read the logs and write every table under --out."""
     from spark_pipeline.expect import ExpectError, load_expectations
+    from spark_pipeline.extract import find_log_files
     from spark_pipeline.jobs import run_etl
 
     try:
         expectations = None if expect is None else load_expectations(expect)
     except ExpectError as exc:
         raise click.ClickException(f"--expect {expect}: {exc}") from exc
+    if not find_log_files(logs):  # fail before paying for a JVM
+        raise click.ClickException(f"no *.jsonl or *.jsonl.N log files below {logs}")
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:

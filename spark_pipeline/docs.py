@@ -20,8 +20,9 @@ null). Timestamps are UTC ISO-8601 with microseconds, e.g. `2026-11-22T07:05:00.
 
 Versioning: `schema` is `MAJOR.MINOR`. Adding a field bumps MINOR; renaming or removing
 one, or changing its type, bumps MAJOR. The ETL reads each line with an explicit Spark
-schema built from this catalogue (never inferred); a value of the wrong JSON type makes
-the line *corrupt*: it is counted in the `ingest` table and skipped.
+schema built from this catalogue (never inferred); a line that is not JSON, lacks a
+parseable `ts` or an `event`, or has a value of the wrong JSON type in a field the ETL
+reads (marked below) is *corrupt*: it is counted in the `ingest` table and skipped.
 
 Columns: *JSON* is the type the writer emits, *Spark* the type the ETL reads it as,
 *ETL* marks fields the ETL's tables depend on.

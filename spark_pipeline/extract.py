@@ -62,8 +62,14 @@ def _rotation(path: Column) -> Column:
     return F.when(digits == "", F.lit(0)).otherwise(digits.cast("int"))
 
 
-def read_raw(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
-    """All lines, typed, with ``_corrupt`` and the ordering key ``_lk``; nothing dropped."""
+def read_raw(
+    spark: SparkSession, files: Sequence[Path], columns: Sequence[str] | None = None
+) -> DataFrame:
+    """All lines, typed, with ``_corrupt`` and the ordering key ``_lk``; nothing dropped.
+
+    ``columns`` (default: all) limits the fields kept; Spark then parses only those, so
+    a type error in a field nobody reads does not make its line corrupt.
+    """
     if not files:
         raise FileNotFoundError("no *.jsonl or *.jsonl.N log files to read")
     df = (
@@ -74,8 +80,9 @@ def read_raw(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     )
     path = F.col("_metadata.file_path")
     # monotonically_increasing_id must be taken straight off the scan, before any shuffle.
+    keep = set(df.columns if columns is None else columns) | {"ts", "event", CORRUPT_COLUMN}
     df = df.select(
-        *[F.col(c) for c in df.columns if c != "ts"],
+        *[F.col(c) for c in df.columns if c != "ts" and c in keep],
         F.try_to_timestamp(F.col("ts")).alias("ts"),
         path.alias("_file"),
         F.col("_metadata.file_block_start").alias("_block"),

@@ -17,9 +17,10 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
 
-from spark_pipeline import extract
+from spark_pipeline import DEFAULT_MASTER, extract
 from spark_pipeline.expect import Expectation, load_expectations
-from spark_pipeline.session import DEFAULT_MASTER, build_spark
+from spark_pipeline.schemas import used_columns
+from spark_pipeline.session import build_spark
 from spark_pipeline.tables import TABLES
 from spark_pipeline.transforms import audit, flow, ops
 from spark_pipeline.transforms.sessions import sessions
@@ -96,8 +97,9 @@ def run_etl(
 ) -> dict[str, Any]:
     """Run the whole ETL; return the audit summary plus the ingest counts as a dict.
 
-    ``spark`` is used as given (and left running); without it a session for ``master``
-    is built and stopped at the end. ``expect`` is an expect file or parsed entries.
+    ``spark`` is used as given (and left running; its session time zone is set to UTC,
+    which every minute bucket assumes); without it a session for ``master`` is built
+    and stopped at the end. ``expect`` is an expect file or parsed entries.
     """
     say = progress or (lambda _msg: None)
     started = time.monotonic()
@@ -107,14 +109,14 @@ def run_etl(
     own = spark is None
     session = spark if spark is not None else build_spark(master)
     session.conf.set("spark.sql.session.timeZone", "UTC")
-    raw = extract.read_raw(session, files).persist(StorageLevel.MEMORY_AND_DISK)
-    kept: list[DataFrame] = [raw]
+    kept: list[DataFrame] = []
 
     def _keep(df: DataFrame) -> DataFrame:
         kept.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return df
 
     try:
+        raw = _keep(extract.read_raw(session, files, used_columns()))
         size = sum(f.stat().st_size for f in files)
         say(f"reading {len(files)} log files ({size / 1e6:.1f} MB)")
         ingest = extract.ingest_stats(raw, len(files))

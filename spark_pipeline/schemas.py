@@ -73,7 +73,9 @@ EVENT_SCHEMAS: Final[dict[str, T.StructType]] = {
     name: event_schema(spec) for name, spec in EVENTS.items()
 }
 
-# What the transforms read, per event; checked against the catalogue by a test.
+# What the transforms read, per event; checked against the catalogue by a test. The job
+# parses only these fields (plus the envelope): a transform that reads anything else
+# fails with a missing column in the job test.
 USED_FIELDS: Final[dict[str, dict[str, str]]] = {
     "client.connected": {
         "client_id": "str",
@@ -118,3 +120,9 @@ USED_FIELDS: Final[dict[str, dict[str, str]]] = {
     "netsplit.healed": {"duration_s": "float", "members": "int"},
     "auth.failed": {"client_id": "str"},
 }
+
+
+def used_columns() -> list[str]:
+    """Envelope and every field in ``USED_FIELDS``, in ``LINE_SCHEMA`` order."""
+    wanted = set(ENVELOPE) | {f for fields in USED_FIELDS.values() for f in fields}
+    return [f.name for f in LINE_SCHEMA.fields if f.name in wanted]

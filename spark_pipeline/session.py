@@ -13,7 +13,7 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-DEFAULT_MASTER: Final = "local[*]"
+from spark_pipeline import DEFAULT_MASTER
 
 BASE_CONF: Final[dict[str, str]] = {
     "spark.sql.session.timeZone": "UTC",

@@ -9,7 +9,7 @@ unless a fault is injected. Faults (QoS >= 1 pairs only, at most one per pair an
 message): *lose* (never delivered), *duplicate* (redelivered with DUP later), *reorder*
 (held back and delivered right after the pair's next message). ``Truth`` records what
 was injected; with the matching expect file the audit must find exactly that.
-Files rotate like ``RotatingFileHandler`` (live -> ``.1`` -> ``.2`` …).
+Files rotate like ``RotatingFileHandler`` (see ``rotating``).
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import heapq
 import json
 import random
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Final
 
 from services.common.events import SCHEMA_VERSION
+from spark_pipeline.rotating import RotatingWriter, format_ts
 from spark_pipeline.topics import matches
 
-EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-START_US: Final = int((datetime(2026, 11, 22, 7, 0, tzinfo=UTC) - EPOCH).total_seconds()) * 10**6
+START_US: Final = int(datetime(2026, 11, 22, 7, 0, tzinfo=UTC).timestamp()) * 10**6
 SERVICES: Final = ("listener", "registry", "gossip", "msgstore")
 
 
@@ -39,7 +39,7 @@ class SynthConfig:
     publishers: int = 30
     subscribers: int = 20
     topics: int = 3
-    rate: float = 2_000.0
+    rate: float = 300.0
     lose: float = 0.0
     duplicate: float = 0.0
     reorder: float = 0.0
@@ -61,40 +61,6 @@ class Truth:
     reordered: int = 0
     corrupt_lines: int = 0
     expect: list[dict[str, object]] = field(default_factory=list)
-
-
-def format_ts(us: int) -> str:
-    """µs since the epoch as the loggers write it: ``2026-11-22T07:05:00.123456Z``."""
-    return (EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class RotatingWriter:
-    """Appends lines to ``path``; past ``limit`` bytes shifts ``.N`` up and starts anew."""
-
-    def __init__(self, path: Path, limit: int) -> None:
-        self.path, self.limit, self.size = path, limit, 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: TextIO = path.open("w", encoding="utf-8")
-
-    def write(self, line: str) -> None:
-        if self.size and self.size + len(line) > self.limit:
-            self._rotate()
-        self._fh.write(line)
-        self.size += len(line)
-
-    def _rotate(self) -> None:
-        self._fh.close()
-        n = 1
-        while self.path.with_name(f"{self.path.name}.{n}").exists():
-            n += 1
-        for i in range(n - 1, 0, -1):
-            src = self.path.with_name(f"{self.path.name}.{i}")
-            src.rename(self.path.with_name(f"{self.path.name}.{i + 1}"))
-        self.path.rename(self.path.with_name(f"{self.path.name}.1"))
-        self._fh, self.size = self.path.open("w", encoding="utf-8"), 0
-
-    def close(self) -> None:
-        self._fh.close()
 
 
 Event = tuple[int, int, int, str, str, str, dict[str, object]]

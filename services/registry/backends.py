@@ -16,6 +16,7 @@ import grpc
 from services.common import log
 from services.common.grpcutil import CHANNEL_OPTIONS
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
+from services.registry.leadership import SessionKey
 from services.registry.records import pb_key
 from services.registry.sessions import DeleteQueue, OpenQueue
 
@@ -94,6 +95,15 @@ class Backends:
         if state.error:
             raise self._refuse("Open", state)
         return state
+
+    async def limit_queue(self, key: SessionKey, epoch: int, max_len: int) -> None:
+        """Set an existing queue's length limit (online and offline sessions differ)."""
+        request = msgstore_pb2.OpenRequest(key=pb_key(key), epoch=epoch, max_len=max_len)
+        state: msgstore_pb2.QueueState = await self._call(
+            "msgstore", "Open", self.msgstore.Open, request
+        )
+        if state.error:
+            raise self._refuse("Open", state)
 
     async def delete_queue(self, step: DeleteQueue) -> msgstore_pb2.QueueState:
         request = msgstore_pb2.DeleteRequest(

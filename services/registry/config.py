@@ -74,12 +74,14 @@ class RegistryConfig:
     persistent_client_expiration: int  # seconds, NEVER = keep forever
     max_session_expiry_interval: int  # seconds, NEVER = no cap
     max_offline_messages: int  # 0 = unlimited
+    max_online_len: int  # queue limit while online: max_online_messages + window; 0 = unlimited
     allow_register_during_netsplit: bool
     replication_factor: int
 
 
 def registry_config(config: Any) -> RegistryConfig:
     max_offline: int = config["max_offline_messages"]
+    max_online: int = config["max_online_messages"]
     return RegistryConfig(
         node=config["nodename"],
         data_dir=Path(config["data_dir"]),
@@ -90,6 +92,7 @@ def registry_config(config: Any) -> RegistryConfig:
         persistent_client_expiration=_seconds(config["persistent_client_expiration"]),
         max_session_expiry_interval=_seconds(config["max_session_expiry_interval"]),
         max_offline_messages=0 if max_offline < 0 else max_offline,
+        max_online_len=0 if max_online < 0 else max_online + config["max_inflight_messages"],
         allow_register_during_netsplit=bool(config["allow_register_during_netsplit"]),
         replication_factor=int(config["msgstore.replication_factor"]),
     )

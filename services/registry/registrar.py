@@ -267,6 +267,10 @@ class Registrar:
                 return
             # A failure is logged (rpc.failed); the directory catches up at the next change.
             with suppress(BackendError):
+                await self.backends.limit_queue(
+                    current.key, current.epoch, self.table.policy.max_offline_messages
+                )
+            with suppress(BackendError):
                 await self._publish(PublishSession(current.key, current, drop_subs=False))
 
     async def _end(self, session: Session, reason: str) -> bool:
@@ -346,7 +350,14 @@ class Registrar:
             try:
                 await self.backends.put_meta(ops)
             except BackendError:
-                return  # logged; gossip is not up, each record is rewritten at its next change
+                break  # logged; gossip is not up, each record is rewritten at its next change
+        for s in persistent:  # they were online when the node died: offline limits now
+            try:
+                await self.backends.limit_queue(
+                    s.key, s.epoch, self.table.policy.max_offline_messages
+                )
+            except BackendError:
+                return  # logged; the msgstore is not up, the limit is set at the next change
 
     def details(self) -> dict[str, object]:
         return {

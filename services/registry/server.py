@@ -36,6 +36,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             persistent_client_expiration=cfg.persistent_client_expiration,
             max_session_expiry_interval=cfg.max_session_expiry_interval,
             max_offline_messages=cfg.max_offline_messages,
+            max_online_len=cfg.max_online_len,
         )
     )
     journal = Journal(store, table.get)

@@ -46,11 +46,18 @@ class Policy:
     ``persistent_client_expiration`` applies to MQTT 3.1/3.1.1 sessions with
     clean_session=false; ``max_session_expiry_interval`` caps what an MQTT 5 client asks for.
     Both in seconds, ``NEVER`` for no limit. ``max_offline_messages`` 0 = unlimited.
+
+    A queue's length limit depends on whether its session is online: while it is, the
+    queue holds what is in flight and buffered for it (``max_online_len`` =
+    max_online_messages + the inflight window); once it is offline, what it may collect
+    (``max_offline_messages``). The registry re-opens the queue with the offline limit
+    when the connection ends.
     """
 
     persistent_client_expiration: int = NEVER
     max_session_expiry_interval: int = NEVER
     max_offline_messages: int = 0
+    max_online_len: int = 0
 
     def expiry(self, proto_ver: int, requested: int) -> int:
         """The expiry the session really gets, in seconds (0 = ends with the connection)."""
@@ -259,8 +266,7 @@ class SessionTable:
             peer=c.peer,
             username=c.username,
         )
-        max_len = c.max_offline_messages or self.policy.max_offline_messages
-        return Plan(session, prev, present, max_len)
+        return Plan(session, prev, present, self.policy.max_online_len)
 
     def commit(self, plan: Plan) -> bool:
         """Install a registration whose steps succeeded, unless a newer epoch got in first."""

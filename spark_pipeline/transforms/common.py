@@ -14,9 +14,10 @@ from spark_pipeline.schemas import EVENT_SCHEMAS
 
 
 def of_event(events: DataFrame, name: str) -> DataFrame:
-    """Rows of one event, with exactly that event's fields plus ``_lk``."""
+    """Rows of one event with that event's fields (those ``events`` kept) plus ``_lk``."""
     schema = EVENT_SCHEMAS[name]
-    cols = [F.col(f.name) for f in schema.fields]
+    present = set(events.columns)
+    cols = [F.col(f.name) for f in schema.fields if f.name in present]
     return events.where(F.col("event") == name).select(*cols, F.col("_lk"))
 
 

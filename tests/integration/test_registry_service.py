@@ -307,7 +307,8 @@ def test_register_takeover_and_disconnect(make_node: Callable[..., Node]) -> Non
     assert first.ok and first.persistent and not first.session_present and first.epoch > 0
     (open1,) = node.calls.of("Open")
     assert (open1.epoch, open1.create, open1.clean) == (first.epoch, True, True)
-    assert open1.max_len == 1000  # the node's max_offline_messages
+    # online: max_online_messages (1000) + max_inflight_messages (20)
+    assert open1.max_len == 1020
     rec = session_records(node.calls, "c1")[-1]
     assert (rec.node, rec.epoch, rec.online, rec.listener_id) == (
         "t1@127.0.0.1",
@@ -353,6 +354,10 @@ def test_register_takeover_and_disconnect(make_node: Callable[..., Node]) -> Non
     assert not info.online and info.persistent and info.disconnected_us > 0
     wait_for(lambda: not session_records(node.calls, "c1")[-1].online, "the offline record")
     assert not node.calls.of("Delete")
+    # offline now: the queue is re-limited to the node's max_offline_messages
+    wait_for(lambda: node.calls.of("Open")[-1].max_len == 1000, "the offline queue limit")
+    limit = node.calls.of("Open")[-1]
+    assert (limit.epoch, limit.create, limit.clean) == (reply.epoch, False, False)
 
 
 def test_takeover_goes_ahead_when_the_old_listener_never_answers(

@@ -119,11 +119,13 @@ def test_qos0_is_not_audited_and_gaps_are_per_topic(spark: SparkSession) -> None
 
 def test_orphan_delivery_is_kept_but_never_out_of_order(spark: SparkSession) -> None:
     recs = [pub(1, 1), dl(9, 1), dl(1, 2)]
-    audit = rows(audit_events(events_from_records(spark, recs)))
+    df = audit_events(events_from_records(spark, recs)).cache()
+    audit = rows(df)
     orphan = audit[("m9", "S")]
     assert not orphan["published"] and orphan["publisher"] == "P"
-    assert summary(audit_events(events_from_records(spark, recs)))["orphans"] == 1
+    assert summary(df)["orphans"] == 1
     assert flagged(audit, "out_of_order") == set()
+    df.unpersist()
 
 
 def test_expect_filters_catch_edge_losses_and_unexpected(spark: SparkSession) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from spark_pipeline import extract, reference
 from spark_pipeline.cli import etl
 from spark_pipeline.expect import parse_expectations
 from spark_pipeline.jobs import expectations_frame, run_etl
+from spark_pipeline.query import register_tables
 from spark_pipeline.synthetic import SynthConfig, generate
 from spark_pipeline.tables import TABLE_NAMES
 from spark_pipeline.transforms.audit import audit_events, audit_summary
@@ -209,6 +211,12 @@ def test_run_job_twice_and_query_it(spark: SparkSession, tmp_path: Path) -> None
     assert "1 lost, 1 duplicated, 1 out of order" in res.stdout
     assert html.read_text().count("<svg") == 3
 
+    register_tables(spark, out)
+    queries = re.findall(r"```sql\n(.*?)```", (ROOT / "docs" / "analytics.md").read_text(), re.S)
+    assert len(queries) == 10
+    for sql in queries:
+        assert spark.sql(sql).columns, sql  # analysis resolves tables, columns, functions
+
 
 @pytest.mark.spark
 def test_spark_audit_agrees_with_reference_and_truth(spark: SparkSession, tmp_path: Path) -> None:
@@ -250,3 +258,27 @@ def test_module_entry_point_lists_the_commands() -> None:
     )
     for command in ("run", "query", "report", "events-doc"):
         assert command in res.stdout
+    # `ternmq --help` adds this group; it must not pay for (or need) pyspark.
+    probe = "import sys, spark_pipeline.cli; print('pyspark' in sys.modules)"
+    res = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert res.stdout.strip() == "False"
+
+
+def test_run_refuses_bad_input_before_starting_spark(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "console.log").write_text("not a jsonl file\n")
+    runner = CliRunner()
+    res = runner.invoke(etl, ["run", "--logs", str(tmp_path / "logs"), "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "no *.jsonl" in res.output
+    bad = tmp_path / "expect.json"
+    bad.write_text('[{"subscriber": "s", "topic_filter": "a/#/b"}]')
+    args = ["run", "--logs", str(tmp_path), "--out", str(tmp_path), "--expect", str(bad)]
+    res = runner.invoke(etl, args)
+    assert res.exit_code == 1 and "entry 0" in res.output

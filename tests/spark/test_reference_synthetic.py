@@ -10,7 +10,8 @@ import pytest
 from spark_pipeline.expect import parse_expectations
 from spark_pipeline.extract import find_log_files
 from spark_pipeline.reference import audit_logs, parse_line, ts_micros
-from spark_pipeline.synthetic import RotatingWriter, SynthConfig, Truth, generate
+from spark_pipeline.rotating import RotatingWriter
+from spark_pipeline.synthetic import SynthConfig, Truth, generate
 
 FAULTY = SynthConfig(
     events=6_000, lose=0.02, duplicate=0.02, reorder=0.02, corrupt=4, rotate_bytes=60_000

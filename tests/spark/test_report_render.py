@@ -57,7 +57,8 @@ def test_headline_and_html() -> None:
 
 
 def test_query_formats() -> None:
-    cols, rows = ["topic", "n", "tags"], [["a/b", 3, ["x"]], [None, 12, None]]
+    cols = ["topic", "n", "tags"]
+    rows: list[list[object]] = [["a/b", 3, ["x"]], [None, 12, None]]
     table = format_table(cols, rows).splitlines()
     assert table[0].split("|")[0].strip() == "topic"
     assert table[2].endswith(' 3 | ["x"]')

@@ -27,7 +27,7 @@ def at(hms: str) -> datetime:
 
 
 def test_sessions_pair_connects_with_disconnects(spark: SparkSession) -> None:
-    c = {"mountpoint": "", "proto_ver": 5, "clean_start": True, "peer": "p"}
+    c: dict[str, Any] = {"mountpoint": "", "proto_ver": 5, "clean_start": True, "peer": "p"}
     recs = [
         ev("client.connected", "07:00:00", client_id="a", **c),
         ev("client.disconnected", "07:00:10.5", client_id="a", mountpoint="", reason="normal"),

@@ -129,12 +129,12 @@ def test_effective_expiry(ver: int, requested: int, policy: Policy, expected: in
 
 
 def test_first_registration_wipes_whatever_an_unknown_id_left_behind() -> None:
-    t = SessionTable(Policy(max_offline_messages=50))
+    t = SessionTable(Policy(max_offline_messages=50, max_online_len=120))
     plan = t.plan_register(connect(), T0)
     assert not plan.session_present and plan.keeps_queue
     e = plan.session.epoch
     assert plan.steps() == [
-        OpenQueue(K, e, clean=True, max_len=50),
+        OpenQueue(K, e, clean=True, max_len=120),  # online: the online limit applies
         PublishSession(K, plan.session, drop_subs=True),
     ]
 
