@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.node import Node, make_node
+from tests.support.node import Node, make_node, stop_leftovers
 
 
 @pytest.fixture(scope="module")
@@ -27,3 +27,9 @@ def fresh_node(tmp_path: Path) -> Iterator[Node]:
     yield n
     if n.proc is not None and n.proc.poll() is None:
         n.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_nodes() -> Iterator[None]:
+    yield
+    stop_leftovers()

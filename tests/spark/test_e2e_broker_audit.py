@@ -91,6 +91,7 @@ def _workload(node: Node, kill: bool) -> tuple[set[int], dict[str, list[int]]]:
 
 def _audit(spark: SparkSession, node: Node, out: Path) -> dict[str, int]:
     assert node.stop() == 0  # a clean stop flushes and closes every log
+    node.proc = None
     expect = out.parent / f"{out.name}-expect.json"
     expect.write_text(
         json.dumps(
@@ -100,12 +101,20 @@ def _audit(spark: SparkSession, node: Node, out: Path) -> dict[str, int]:
     return run_etl(node.log_dir, out, spark=spark, expect=expect)
 
 
+def _stop(node: Node) -> None:
+    if node.proc is not None and node.proc.poll() is None:
+        node.stop()
+
+
 def test_audit_matches_clients_across_a_node_kill(spark: SparkSession, tmp_path: Path) -> None:
     node = make_node(tmp_path / "n")
     node.start()
-    acked, received = _workload(node, kill=True)
-    seen = _count(acked, received)
-    summary = _audit(spark, node, tmp_path / "out")
+    try:
+        acked, received = _workload(node, kill=True)
+        seen = _count(acked, received)
+        summary = _audit(spark, node, tmp_path / "out")
+    finally:
+        _stop(node)
     assert seen.lost == 0, "the broker lost acknowledged messages (I1)"
     assert seen.out_of_order == 0, "the broker reordered messages (I2)"
     assert summary["lost"] == seen.lost
@@ -121,9 +130,12 @@ def test_audit_catches_deliberate_loss(spark: SparkSession, tmp_path: Path) -> N
     count every one."""
     node = make_node(tmp_path / "n", max_offline_messages="50")
     node.start()
-    acked, received = _workload(node, kill=False)
-    seen = _count(acked, received)
-    summary = _audit(spark, node, tmp_path / "out")
+    try:
+        acked, received = _workload(node, kill=False)
+        seen = _count(acked, received)
+        summary = _audit(spark, node, tmp_path / "out")
+    finally:
+        _stop(node)
     assert seen.lost == 110 * len(SUBSCRIBERS)
     assert summary["lost"] == seen.lost
     assert summary["duplicated"] == seen.duplicated

@@ -25,6 +25,21 @@ VENV_BIN = Path(sys.executable).parent
 TERNMQ = str(VENV_BIN / "ternmq")
 
 
+STARTED: list[subprocess.Popen[bytes]] = []  # every node process a test started
+
+
+def stop_leftovers() -> list[int]:
+    """SIGKILL the process group of every node a test started and left running (a failed
+    test must not leave servers behind); returns their pids."""
+    left = [p for p in STARTED if p.poll() is None]
+    for proc in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    STARTED.clear()
+    return [p.pid for p in left]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -83,6 +98,7 @@ class Node:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        STARTED.append(self.proc)
         if wait:
             self.wait_healthy()
 
