@@ -28,7 +28,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 REPS=${1:-3}; shift || true
 SCEN=("$@"); [ ${#SCEN[@]} -eq 0 ] && SCEN=(a a2 b c d)
 read -r -a BROKERS <<< "${BROKERS:-mosquitto ternmq}"
-read -r -a EVOFF <<< "${EVOFF_SCENARIOS:-c}"
+read -r -a EVOFF <<< "${EVOFF_SCENARIOS-c}"
 MOSQ_PORT=${MOSQ_PORT:-18830}
 TERNMQ_PORT=${TERNMQ_PORT:-21883}
 TERNMQ_HTTP=${TERNMQ_HTTP:-21888}
@@ -67,6 +67,11 @@ PY="$ROOT/.venv/bin/python"; [ -x "$PY" ] || PY=python3
 build_mqload
 
 port_free() { ! (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
+await_port_free() {  # bounded: PORT_WAIT s; on failure say who holds it (never touch it)
+  local i; for i in $(seq 1 $((${PORT_WAIT:-60} * 2))); do port_free "$1" && return 0; sleep 0.5; done
+  START_ERR="port $1 still busy after ${PORT_WAIT:-60} s: $(ss -tlnpH "( sport = :$1 )" 2>/dev/null | tr -s ' ' | head -c 300)"
+  log "$START_ERR"; return 1
+}
 wait_port() {  # bounded: 100 x 0.1 s
   local i; for i in $(seq 1 100); do port_free "$1" || return 0; sleep 0.1; done; return 1
 }
@@ -80,7 +85,8 @@ rss_sampler() {
   local file=$1 limit=$2; shift 2
   local peak=0 v end=$((SECONDS + limit))
   while [ $SECONDS -lt "$end" ]; do
-    v=$(sum_rss "$@"); [ "$v" -gt "$peak" ] && { peak=$v; echo "$peak" > "$file"; }
+    v=$(sum_rss "$@")  # rename: a reader never sees a half-written file
+    [ "$v" -gt "$peak" ] && { peak=$v; echo "$peak" > "$file.tmp" && mv -f "$file.tmp" "$file"; }
     sleep 0.25
   done
 }
@@ -97,11 +103,12 @@ stop_pid() {  # SIGTERM our own process, wait up to 20 s, then SIGKILL its proce
 }
 
 # ---------------------------------------------------------------- brokers
-# start_<broker> sets BPID (the measured process), NODE_PIDS (all processes of the broker),
+# start_<broker> sets BPID (the measured process), NODE_PIDS and NODE_NAMES (all processes of
+# the broker, and what each one is),
 # MAIN_PID (what we stop), PORT and CONFIG_JSON, or returns non-zero.
 start_mosquitto() {
   local d=$1
-  port_free "$MOSQ_PORT" || { log "port $MOSQ_PORT busy"; return 1; }
+  await_port_free "$MOSQ_PORT" || return 1
   cat > "$d/mosquitto.conf" <<CONF
 listener $MOSQ_PORT 127.0.0.1
 allow_anonymous true
@@ -110,15 +117,15 @@ log_dest none
 set_tcp_nodelay true
 CONF
   setsid "$MOSQUITTO" -c "$d/mosquitto.conf" > "$d/node.out" 2>&1 &
-  MAIN_PID=$!; BPID=$MAIN_PID; NODE_PIDS=("$MAIN_PID"); PORT=$MOSQ_PORT
+  MAIN_PID=$!; BPID=$MAIN_PID; NODE_PIDS=("$MAIN_PID"); NODE_NAMES=(mosquitto); PORT=$MOSQ_PORT
   CONFIG_JSON='{"persistence":false,"set_tcp_nodelay":true}'
-  wait_port "$MOSQ_PORT" || { log "mosquitto did not open $MOSQ_PORT"; return 1; }
+  wait_port "$MOSQ_PORT" || { START_ERR="mosquitto did not open $MOSQ_PORT"; log "$START_ERR"; return 1; }
 }
 
 start_ternmq_variant() {  # DIR EVENTS(on|off)
   local d=$1 events=$2 i code status extra kv
-  port_free "$TERNMQ_PORT" || { log "port $TERNMQ_PORT busy"; return 1; }
-  port_free "$TERNMQ_HTTP" || { log "port $TERNMQ_HTTP busy"; return 1; }
+  await_port_free "$TERNMQ_PORT" || return 1
+  await_port_free "$TERNMQ_HTTP" || return 1
   rm -rf "$d/data" "$d/log"
   {
     echo "nodename = bench@127.0.0.1"
@@ -134,12 +141,12 @@ start_ternmq_variant() {  # DIR EVENTS(on|off)
   MAIN_PID=$!; PORT=$TERNMQ_PORT
   code=000
   for i in $(seq 1 120); do  # bounded: 60 s
-    kill -0 "$MAIN_PID" 2>/dev/null || { log "ternmq exited during start"; return 1; }
+    kill -0 "$MAIN_PID" 2>/dev/null || { START_ERR="ternmq exited during start"; log "$START_ERR"; return 1; }
     code=$(curl -s -m 2 -o /dev/null -w '%{http_code}' "127.0.0.1:$TERNMQ_HTTP/health" || true)
     [ "$code" = 200 ] && break
     sleep 0.5
   done
-  [ "$code" = 200 ] || { log "ternmq /health not 200 after 60 s ($code)"; return 1; }
+  [ "$code" = 200 ] || { START_ERR="ternmq /health not 200 after 60 s ($code)"; log "$START_ERR"; return 1; }
   status=$(curl -s -m 5 "127.0.0.1:$TERNMQ_HTTP/status") || return 1
   echo "$status" > "$d/status-start.json"
   BPID=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["children"]["listener"]["pid"])' \
@@ -147,6 +154,8 @@ start_ternmq_variant() {  # DIR EVENTS(on|off)
   read -r -a NODE_PIDS <<< "$MAIN_PID $(python3 -c \
     'import json,sys; print(" ".join(str(c["pid"]) for c in json.load(sys.stdin)["children"].values()))' \
     <<< "$status")"
+  read -r -a NODE_NAMES <<< "supervisor $(python3 -c \
+    'import json,sys; print(" ".join(json.load(sys.stdin)["children"]))' <<< "$status")"
   extra=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1].split()))' "${TERNMQ_SET:-}")
   CONFIG_JSON=$(python3 -c '
 import json, sys
@@ -181,16 +190,19 @@ PY
 
 run_one() {  # REP SCENARIO BROKER
   local rep=$1 s=$2 b=$3 d line rss0 cpu0 cpu1 peakf sampler spy="" alive=1 restarts=0 status
+  local -a ticks0=() detail=()
+  local alive_left=""
   local load ok=1 why=""
   d="$SCRATCH/$STAMP/$s-$b-$rep"; mkdir -p "$d"
-  BPID=""; MAIN_PID=""; NODE_PIDS=(); CONFIG_JSON='{}'
+  BPID=""; MAIN_PID=""; NODE_PIDS=(); NODE_NAMES=(); CONFIG_JSON='{}'; START_ERR=""
   load=$(cut -d' ' -f1 /proc/loadavg)
   if ! "start_$b" "$d"; then
     [ -n "$MAIN_PID" ] && stop_pid "$MAIN_PID"
-    line='{"error":"broker did not start"}'; ok=0; why="start failed"
+    line='{"error":"broker did not start"}'; ok=0; why="start failed: ${START_ERR:-see node.out}"
   else
     sleep 1
     rss0=$(sum_rss "${NODE_PIDS[@]}"); cpu0=$(sum_cpu "${NODE_PIDS[@]}")
+    local i; for i in "${!NODE_PIDS[@]}"; do ticks0[i]=$(cpu_ticks "${NODE_PIDS[i]}"); done
     peakf="$d/rss-peak"; echo "$rss0" > "$peakf"
     rss_sampler "$peakf" $((RUN_TIMEOUT + 5)) "${NODE_PIDS[@]}" &
     sampler=$!
@@ -206,10 +218,14 @@ run_one() {  # REP SCENARIO BROKER
     [ -n "$line" ] || { line='{"error":"no output from mqload"}'; ok=0; why="mqload gave no output"; }
     [ -n "$spy" ] && wait "$spy"
     cpu1=$(sum_cpu "${NODE_PIDS[@]}")
+    for i in "${!NODE_PIDS[@]}"; do  # name:cpu ticks during the run:RSS KiB at the end
+      detail+=("${NODE_NAMES[i]:-pid${NODE_PIDS[i]}}:$(( $(cpu_ticks "${NODE_PIDS[i]}") - ticks0[i] )):$(rss_kb "${NODE_PIDS[i]}")")
+    done
     kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
     if [ "${b#ternmq}" != "$b" ]; then
       status=$(curl -s -m 5 "127.0.0.1:$TERNMQ_HTTP/status" || true)
       echo "$status" > "$d/status-end.json"
+      curl -s -m 5 "127.0.0.1:$TERNMQ_HTTP/metrics" > "$d/metrics.txt" || true
       restarts=$(python3 -c 'import json,sys
 try: print(sum(c["restarts"] for c in json.load(sys.stdin)["children"].values()))
 except Exception: print(-1)' <<< "$status")
@@ -217,18 +233,28 @@ except Exception: print(-1)' <<< "$status")
     kill -0 "$MAIN_PID" 2>/dev/null || alive=0
     local p; for p in "${NODE_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || alive=0; done
     stop_pid "$MAIN_PID" || why="${why:+$why; }did not stop on SIGTERM"
+    # every process of the broker must be gone before the next run starts (bounded: 20 s)
+    for i in $(seq 1 100); do
+      alive_left=""; for p in "${NODE_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive_left+=" $p"; done
+      [ -z "$alive_left" ] && break; sleep 0.2
+    done
+    if [ -n "$alive_left" ]; then
+      why="${why:+$why; }processes$alive_left outlived the stop by 20 s: SIGKILL"
+      for p in $alive_left; do kill -KILL "$p" 2>/dev/null; done
+    fi
   fi
   [ -n "$spy" ] && [ -s "$d/pyspy.folded" ] && cp "$d/pyspy.folded" "$RESULTS/pyspy-$STAMP-$s-$b-$rep.folded"
   line=$("$PY" "$HERE/summarize.py" wrap \
     --broker "$b" --scenario "$s" --rep "$rep" --loadavg "$load" --config "$CONFIG_JSON" \
-    --node-rss-before "${rss0:-0}" --node-rss-peak "$(cat "${peakf:-/dev/null}" 2>/dev/null || echo 0)" \
+    --node-rss-before "${rss0:-0}" --node-rss-peak "$(cat "${peakf:-/nonexistent}" 2>/dev/null || echo 0)" \
     --node-cpu-s "$(( ${cpu1:-0} - ${cpu0:-0} ))" --clk-tck "$(getconf CLK_TCK)" \
+    --node-detail "${detail[*]}" \
     --alive "$alive" --restarts "$restarts" --profiled "$([ -n "$spy" ] && echo 1 || echo 0)" \
-    --note "$why" --evidence "$EVIDENCE/$s-$b-$rep" <<< "$line")
+    --metrics "$d/metrics.txt" --note "$why" --evidence "$EVIDENCE/$s-$b-$rep" <<< "$line")
   echo "$line" | tee -a "$OUT"
   if [ "${KEEP:-0}" = 1 ] || [[ "$line" == *'"failed": true'* ]]; then
     mkdir -p "$EVIDENCE/$s-$b-$rep"
-    cp "$d"/*.conf "$d"/*.json "$d/node.out" "$d/mqload.err" "$EVIDENCE/$s-$b-$rep/" 2>/dev/null
+    cp "$d"/*.conf "$d"/*.json "$d"/*.txt "$d/node.out" "$d/mqload.err" "$EVIDENCE/$s-$b-$rep/" 2>/dev/null
     for f in "$d"/log/*.jsonl; do [ -f "$f" ] && tail -n 200 "$f" > "$EVIDENCE/$s-$b-$rep/$(basename "$f")"; done
   fi
   rm -rf "$d"

@@ -35,11 +35,16 @@ def build_spark(
 ) -> SparkSession:
     """A session for ``master``; ``conf`` overrides the defaults above."""
     settings = dict(BASE_CONF)
-    if master.startswith("local"):
+    # Launched by spark-submit (the JVM started us and passed its gateway): the master and
+    # resources come from spark-submit's own options unless --master was given explicitly.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ and master == DEFAULT_MASTER
+    if master.startswith("local") and not submitted:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update(LOCAL_CONF)
     settings.update(conf or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if not submitted:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
