@@ -59,6 +59,9 @@ if TYPE_CHECKING:
     from services.listener.session.limits import SessionLimits
 
 
+_BUDGET = 200  # packets handled per connection per event-loop turn
+
+
 class Connection(asyncio.Protocol):
     def __init__(
         self,
@@ -87,6 +90,8 @@ class Connection(asyncio.Protocol):
         self.resuming = False
         self._resume_buffer: list[OutboundMessage] = []
         self._held_error: MQTTError | None = None
+        self._backlog: list[Packet] = []  # decoded, not yet handled (fairness, see _work)
+        self._backlog_error: MQTTError | None = None
         self._barrier: asyncio.Future[None] | None = None  # writes wait for a durable mark
         self._delivered_hi = 0  # highest queue seq written to the client
         self._delivered_sent = 0  # ... and reported to the store
@@ -137,7 +142,6 @@ class Connection(asyncio.Protocol):
         session = self.session
         if session is None or self.closed:
             return
-        now = time.time()
         self.metrics.bytes_in.inc(len(data))
         error: MQTTError | None = None
         try:
@@ -149,12 +153,45 @@ class Connection(asyncio.Protocol):
             self._held.extend(packets)
             self._held_error = self._held_error or error
             return
+        if self._backlog:  # a read that was already queued when we paused
+            self._backlog.extend(packets)
+            self._backlog_error = self._backlog_error or error
+            return
+        self._work(packets, error)
+
+    def _work(self, packets: list[Packet], error: MQTTError | None) -> None:
+        """Handle at most ``_BUDGET`` packets now; the rest waits for the next loop turn
+        with this socket's reading paused. One read can carry thousands of PUBLISHes:
+        handled in one go they would hold the loop for a second, starving every other
+        connection (subscribers' writes included), and nothing would slow the sender
+        down. Paused, the socket's buffers fill and TCP pushes back on the publisher."""
+        now = time.time()
+        if len(packets) > _BUDGET:
+            self._backlog = packets[_BUDGET:]
+            self._backlog_error, error = error, None
+            packets = packets[:_BUDGET]
+            if self.transport is not None:
+                self.transport.pause_reading()
+            self._loop.call_soon(self._continue)
         if self._handle(packets, now):
-            if self._held is not None:
-                self._held_error = error
+            if self._held is not None:  # the password check takes over what is left
+                self._held.extend(self._backlog)
+                self._held_error = self._held_error or error or self._backlog_error
+                self._backlog, self._backlog_error = [], None
             return
         if error is not None:
             self._protocol_error(error, now)
+
+    def _continue(self) -> None:
+        if self.closed or self.session is None:
+            return
+        packets, self._backlog = self._backlog, []
+        error, self._backlog_error = self._backlog_error, None
+        if packets or error is not None:
+            self._work(packets, error)
+        if not self._backlog and self._held is None and not self.closed:
+            assert self.transport is not None
+            self.transport.resume_reading()
 
     def _protocol_error(self, error: MQTTError, now: float) -> None:
         assert self.session is not None
