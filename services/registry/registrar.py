@@ -239,7 +239,22 @@ class Registrar:
     # -- disconnection and expiry -------------------------------------------------
 
     async def disconnected(self, key: SessionKey, epoch: int, session_expiry: int | None) -> bool:
-        """Record that the connection of ``epoch`` ended; False when the report is stale."""
+        """Record that the connection of ``epoch`` ended; False when the report is stale.
+
+        A persistent session's queue gets its offline limit *before* the session is marked
+        offline, so whoever sees it offline (``session show``, a publisher's next message)
+        also sees the limit in force. Not for a takeover: the new registration sets its own.
+        """
+        current = self.table.get(key)
+        if (
+            current is not None
+            and current.epoch == epoch
+            and current.online
+            and current.persistent
+            and (key, epoch) not in self._waiters
+        ):
+            with suppress(BackendError):  # logged; the online limit stays until the next Open
+                await self.backends.limit_queue(key, epoch, self.table.policy.max_offline_messages)
         session = self.table.disconnected(key, epoch, session_expiry, self.clock())
         if session is None:
             self._stale.inc()
@@ -266,10 +281,6 @@ class Registrar:
             if current is None or current.epoch != session.epoch or current.online:
                 return
             # A failure is logged (rpc.failed); the directory catches up at the next change.
-            with suppress(BackendError):
-                await self.backends.limit_queue(
-                    current.key, current.epoch, self.table.policy.max_offline_messages
-                )
             with suppress(BackendError):
                 await self._publish(PublishSession(current.key, current, drop_subs=False))
 

@@ -71,6 +71,8 @@ def _workload(node: Node, kill: bool) -> tuple[set[int], dict[str, list[int]]]:
     for name, s in subs.items():
         received[name] += [int(m.payload) for m in s.take(60)]
         s.disconnect()
+    for name in SUBSCRIBERS:  # offline (and under the offline queue limit) before we go on
+        wait_for(lambda name=name: _offline(node, name), 15, what=f"{name} offline")
     _publish(pub, 60, 120)  # queued for the offline subscribers
     acked = set(pub.acked)
     pub.disconnect()
@@ -87,6 +89,11 @@ def _workload(node: Node, kill: bool) -> tuple[set[int], dict[str, list[int]]]:
         received[name] += [int(m.payload) for m in again.drain(quiet=2.0)]
         again.disconnect()
     return acked, received
+
+
+def _offline(node: Node, client_id: str) -> bool:
+    rows = node.get_json(f"/api/v1/session/show?client_id={client_id}")
+    return isinstance(rows, list) and len(rows) == 1 and rows[0]["online"] is False
 
 
 def _audit(spark: SparkSession, node: Node, out: Path) -> dict[str, int]:
