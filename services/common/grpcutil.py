@@ -124,6 +124,20 @@ class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
         return reply
 
 
+def rpc_failed(target: str, method: str, exc: grpc.aio.AioRpcError, level: str = "warning") -> None:
+    """Log a failed call to a sibling service as the catalogue's ``rpc.failed``."""
+    from services.common import log
+
+    log.emit(
+        "rpc.failed",
+        level,
+        target=target,
+        method=method,
+        code=exc.code().name,
+        reason=str(exc.details()),
+    )
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

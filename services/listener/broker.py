@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from services.common import log
+from services.common.grpcutil import rpc_failed
 from services.common.metrics import Registry
 from services.listener import convert
 from services.listener.mqtt.types import ReasonCode, Will
@@ -150,14 +151,7 @@ class Broker:
                 timeout=15,
             )
         except grpc.aio.AioRpcError as exc:
-            log.emit(
-                "rpc.failed",
-                "warning",
-                target="registry",
-                method="Register",
-                code=exc.code().name,
-                reason=str(exc.details()),
-            )
+            rpc_failed("registry", "Register", exc, "warning")
             conn.registered(False, 0, False, False, ReasonCode.SERVER_UNAVAILABLE)
             return
         if not reply.ok:
@@ -217,14 +211,7 @@ class Broker:
                 if len(reply.entries) < 1000:
                     break
         except grpc.aio.AioRpcError as exc:
-            log.emit(
-                "rpc.failed",
-                "error",
-                target="msgstore",
-                method="Read",
-                code=exc.code().name,
-                reason=str(exc.details()),
-            )
+            rpc_failed("msgstore", "Read", exc, "error")
             conn.fail(ReasonCode.SERVER_UNAVAILABLE, "queue unreadable")
             return
         conn.resume(queued, inbound, pubrel)
@@ -258,14 +245,7 @@ class Broker:
                 timeout=10,
             )
         except grpc.aio.AioRpcError as exc:
-            log.emit(
-                "rpc.failed",
-                "warning",
-                target="registry",
-                method="Disconnected",
-                code=exc.code().name,
-                reason=str(exc.details()),
-            )
+            rpc_failed("registry", "Disconnected", exc, "warning")
 
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
         """The registry waits for our Disconnected(taken_over) whether or not we still hold
@@ -458,14 +438,7 @@ class Broker:
         try:
             await self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10)
         except grpc.aio.AioRpcError as exc:
-            log.emit(
-                "rpc.failed",
-                "error",
-                target="gossip",
-                method="Put",
-                code=exc.code().name,
-                reason=str(exc.details()),
-            )
+            rpc_failed("gossip", "Put", exc, "error")
             return False
         return True
 
@@ -584,13 +557,6 @@ def _log_put_failure(fut: asyncio.Future[Any]) -> None:
         return
     exc = fut.exception()
     if isinstance(exc, grpc.aio.AioRpcError):
-        log.emit(
-            "rpc.failed",
-            "error",
-            target="gossip",
-            method="Put",
-            code=exc.code().name,
-            reason=str(exc.details()),
-        )
+        rpc_failed("gossip", "Put", exc, "error")
     elif exc is not None:
         raise exc

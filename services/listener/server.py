@@ -20,7 +20,14 @@ import grpc
 
 from services.common import log
 from services.common.config import Config
-from services.common.grpcutil import AdminServicer, bind, channel, create_server, service_address
+from services.common.grpcutil import (
+    AdminServicer,
+    bind,
+    channel,
+    create_server,
+    rpc_failed,
+    service_address,
+)
 from services.common.metrics import Registry
 from services.common.service import started
 from services.listener.auth.authorizer import Authorizer, from_config
@@ -86,14 +93,7 @@ async def _watch_meta(
                     ready.set()
                     backoff = 0.1
         except grpc.aio.AioRpcError as exc:
-            log.emit(
-                "rpc.failed",
-                "warning",
-                target="gossip",
-                method="Watch",
-                code=exc.code().name,
-                reason=str(exc.details()),
-            )
+            rpc_failed("gossip", "Watch", exc, "warning")
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 2.0)
 
@@ -134,14 +134,7 @@ async def _watch_registry(
                     broker.takeover(t.key, t.old_epoch)
         except grpc.aio.AioRpcError as exc:
             broken = True
-            log.emit(
-                "rpc.failed",
-                "warning",
-                target="registry",
-                method="Watch",
-                code=exc.code().name,
-                reason=str(exc.details()),
-            )
+            rpc_failed("registry", "Watch", exc, "warning")
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 2.0)
 
