@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -136,13 +135,3 @@ def rpc_failed(target: str, method: str, exc: grpc.aio.AioRpcError, level: str =
         code=exc.code().name,
         reason=str(exc.details()),
     )
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

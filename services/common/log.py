@@ -160,14 +160,6 @@ def message_events_enabled() -> bool:
     return _state.message_events
 
 
-def set_level(level: str) -> None:
-    _state.level = _LEVELS[level]
-
-
-def set_message_events(enabled: bool) -> None:
-    _state.message_events = enabled
-
-
 def flush() -> None:
     if _state.writer is not None:
         _state.writer.flush()

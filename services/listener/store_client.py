@@ -50,14 +50,12 @@ class StoreClient:
         self.max_inflight = max_inflight
         self._open = _Batch()
         self._inflight: list[_Batch] = []
-        self._outbox: asyncio.Queue[msgstore_pb2.StoreBatch | None] | None = None
         self._wakeup = asyncio.Event()
         self._slot = asyncio.Event()
         self._next_id = 1
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.connected = asyncio.Event()
-        self.batches_sent = 0
 
     # -- writes --------------------------------------------------------------------
     def append(
@@ -180,7 +178,6 @@ class StoreClient:
 
     async def _session(self) -> None:
         outbox: asyncio.Queue[msgstore_pb2.StoreBatch | None] = asyncio.Queue()
-        self._outbox = outbox
 
         async def requests() -> AsyncIterator[msgstore_pb2.StoreBatch]:
             while True:
@@ -212,7 +209,6 @@ class StoreClient:
                 batch.pb.batch_id = self._next_id
                 self._next_id += 1
                 self._inflight.append(batch)
-                self.batches_sent += 1
                 outbox.put_nowait(batch.pb)
             if self._open.ops and len(self._inflight) >= self.max_inflight:
                 self._slot.clear()
@@ -247,15 +243,6 @@ class StoreClient:
                 batch.done.set_result(None)
 
     # -- unary calls ---------------------------------------------------------------
-    async def open(self, mountpoint: str, client_id: str, epoch: int) -> msgstore_pb2.QueueState:
-        state: msgstore_pb2.QueueState = await self.stub.Open(
-            msgstore_pb2.OpenRequest(
-                key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id), epoch=epoch
-            ),
-            timeout=10,
-        )
-        return state
-
     async def read(
         self, mountpoint: str, client_id: str, epoch: int, after_seq: int, max_entries: int = 1000
     ) -> msgstore_pb2.ReadReply:
