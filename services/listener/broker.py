@@ -47,6 +47,7 @@ from services.listener.session.actions import (
     SubscribeRequest,
     UnsubscribeRequest,
 )
+from services.listener.session.handle_publish import forwarded
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.store_client import StoreClient, StoreUnavailable
 from services.pb import (
@@ -478,7 +479,7 @@ class Broker:
             sid[0],
             now,
             now + expiry if expiry else None,
-            convert.forwarded(props),
+            forwarded(props),
         )
         if delay <= 0:
             self.route(msg, None, None)

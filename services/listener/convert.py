@@ -120,16 +120,3 @@ def subs_from_pb(value: bytes) -> dict[str, SubOptions]:
         )
         for e in record.subs
     }
-
-
-def forwarded(props: Properties) -> Properties:
-    """Only the properties a subscriber receives unchanged [MQTT-3.3.2-*]."""
-    if props is NO_PROPERTIES:
-        return props
-    return Properties(
-        payload_format_indicator=props.payload_format_indicator,
-        content_type=props.content_type,
-        response_topic=props.response_topic,
-        correlation_data=props.correlation_data,
-        user_properties=props.user_properties,
-    )

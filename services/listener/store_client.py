@@ -84,24 +84,24 @@ class StoreClient:
         return fut
 
     def ack(self, mountpoint: str, client_id: str, epoch: int, seq: int) -> None:
-        acks = self._open.pb.acks
-        last = acks[-1] if acks else None
-        if (
-            last is not None
-            and last.key.client_id == client_id
-            and (last.key.mountpoint == mountpoint and last.epoch == epoch)
-        ):
-            last.seqs.append(seq)
-            last.delivered_upto = max(last.delivered_upto, seq)
-        else:
-            entry = acks.add(epoch=epoch, seqs=[seq], delivered_upto=seq)
-            entry.key.mountpoint = mountpoint
-            entry.key.client_id = client_id
+        entry = self._ack_entry(mountpoint, client_id, epoch)
+        entry.seqs.append(seq)
+        entry.delivered_upto = max(entry.delivered_upto, seq)
         self._added()
 
     def delivered(self, mountpoint: str, client_id: str, epoch: int, upto: int) -> None:
         """Everything up to ``upto`` was written to the client: a resume after this sets
         DUP on those entries [MQTT-3.3.1-1] and not on the ones it never saw."""
+        acks = self._open.pb.acks
+        before = len(acks)
+        entry = self._ack_entry(mountpoint, client_id, epoch)
+        entry.delivered_upto = max(entry.delivered_upto, upto)
+        if len(acks) > before:
+            self._added()
+
+    def _ack_entry(self, mountpoint: str, client_id: str, epoch: int) -> msgstore_pb2.Ack:
+        """The open batch's Ack for this session: the last one if it is this session's
+        (consecutive acks of one client share an entry), else a new one."""
         acks = self._open.pb.acks
         last = acks[-1] if acks else None
         if (
@@ -110,12 +110,11 @@ class StoreClient:
             and last.key.mountpoint == mountpoint
             and last.epoch == epoch
         ):
-            last.delivered_upto = max(last.delivered_upto, upto)
-            return
-        entry = acks.add(epoch=epoch, delivered_upto=upto)
+            return last
+        entry = acks.add(epoch=epoch)
         entry.key.mountpoint = mountpoint
         entry.key.client_id = client_id
-        self._added()
+        return entry
 
     def mark(
         self, mountpoint: str, client_id: str, epoch: int, kind: int, ident: int, set_: bool

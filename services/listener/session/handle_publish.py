@@ -135,7 +135,7 @@ def handle_publish(s: Session, pkt: Publish, now: float) -> list[Action]:
         mountpoint=s.mountpoint,
         published_at=now,
         expires_at=_expires_at(pkt.properties, now),
-        properties=_forwarded(pkt.properties),
+        properties=forwarded(pkt.properties),
     )
     if pid is not None:
         inbound.acks[pid] = PendingAck(pkt.qos)
@@ -191,7 +191,7 @@ def _expires_at(props: Properties, now: float) -> float | None:
     return None if interval is None else now + interval
 
 
-def _forwarded(props: Properties) -> Properties:
+def forwarded(props: Properties) -> Properties:
     """What a subscriber receives unaltered [MQTT-3.3.2-4, -16, -17, -18, -20]."""
     if props is NO_PROPERTIES:
         return NO_PROPERTIES
