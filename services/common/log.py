@@ -7,12 +7,16 @@ and, human-readable, to stderr. Every line carries the envelope of
 
 Why buffered: the listener logs several events per QoS >= 1 message; one ``write(2)``
 per event would cost more than routing the message. Lines are gathered in memory and
-written when the buffer passes 64 KiB, when :func:`flush` is called (the listener does
-so before it writes to client sockets, so a client never sees a message whose event is
-not yet in the OS), and every 200 ms by a background thread. A process killed with
+written when the buffer holds 256 lines (some 64 KiB), when :func:`flush` is called (the
+listener does so before it writes to client sockets, so a client never sees a message
+whose event is not yet in the OS), and every 200 ms by a background thread. A process killed with
 SIGKILL therefore loses at most the lines of its last, unflushed batch.
 
 Hot paths call :func:`emit` directly: no structlog processor chain, one ``json.dumps``.
+The per-message events (several per QoS >= 1 message) go through :func:`emitter`
+instead: a function compiled once per event from its catalogue entry, which formats the
+line with one f-string — a third of what ``emit`` costs (no kwargs dict, no generic
+JSON encoder), the same JSON.
 """
 
 from __future__ import annotations
@@ -23,16 +27,18 @@ import os
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
+from collections import deque
+from collections.abc import Callable, MutableMapping
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from services.common.events import SCHEMA_VERSION
+from services.common.events import EVENTS, SCHEMA_VERSION
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
-_FLUSH_BYTES = 64 * 1024
+FLUSH_LINES = 256  # buffered lines that trigger a write (lines are ~250 bytes)
 _FLUSH_PERIOD = 0.2
 
 
@@ -43,31 +49,33 @@ class JsonlWriter:
         self.path = path
         self.rotate_size = rotate_size
         self.keep = keep
-        self._lock = threading.Lock()
-        self._buf: list[str] = []
-        self._buffered = 0
+        self._lock = threading.Lock()  # held while writing to the file
+        # Lines go into a deque without the lock: ``append`` and ``popleft`` are atomic, so
+        # a line added while another thread flushes is written now or by the next flush,
+        # never lost. Compiled emitters append to ``lines`` themselves (as ``write``).
+        self.lines: deque[str] = deque()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
 
     def write(self, line: str) -> None:
-        with self._lock:
-            self._buf.append(line)
-            self._buffered += len(line)
-            if self._buffered >= _FLUSH_BYTES:
-                self._flush_locked()
+        lines = self.lines
+        lines.append(line)
+        if len(lines) >= FLUSH_LINES:
+            self.flush()
 
     def flush(self) -> None:
-        if self._buf:
+        if self.lines:
             with self._lock:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
-        if not self._buf:
+        buf = self.lines
+        n = len(buf)
+        if not n:
             return
-        data = "".join(self._buf).encode("utf-8")
-        self._buf.clear()
-        self._buffered = 0
+        popleft = buf.popleft
+        data = "".join([popleft() for _ in range(n)]).encode("utf-8")
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)
@@ -117,14 +125,17 @@ def now_iso() -> str:
     t = time.time()
     sec = int(t)
     if sec != _clock.sec:
-        _clock.sec = sec
-        _clock.prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(sec))
+        _clock.tick(sec)
     return f"{_clock.prefix}{int((t - sec) * 1_000_000):06d}Z"
 
 
 class _Clock:
     sec = -1
     prefix = ""
+
+    def tick(self, sec: int) -> None:
+        self.sec = sec
+        self.prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(sec))
 
 
 _clock = _Clock()
@@ -150,6 +161,100 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
     line = _line(level, event, fields)
     if _state.writer is not None:
         _state.writer.write(line)
+    if _state.console != "off":
+        _console(level, event, line, fields)
+
+
+# How a compiled emitter writes a field of each catalogue type; the same text that
+# ``_dumps`` produces (ASCII-escaped strings). An "int" field must be given an int
+# (IntEnums are fine; a bool would be written True): ``{x}`` costs a third of ``{x:d}``.
+_FIELD_FORMATS = {
+    "str": "{_esc(%s)}",
+    "int": "{%s}",
+    "bool": '{"true" if %s else "false"}',
+    "float": "{_dumps(%s)}",
+    "list[str]": "{_dumps(%s)}",
+}
+
+
+def emitter(event: str, level: str = "info") -> Callable[..., None]:
+    """A fast :func:`emit` for one catalogued event: every field of the catalogue entry
+    is a required argument (positional in catalogue order, or by name).
+
+    Worked example: ``emitter("message.acked")`` returns
+    ``f(msg_id, client_id, qos, latency_us)``, which writes the line that
+    ``emit("message.acked", msg_id=..., client_id=..., qos=..., latency_us=...)`` would.
+    The function is generated from a template (as ``dataclasses`` generates ``__init__``)
+    so that the whole line is one f-string; a wrong type raises, as it does in ``emit``.
+    """
+    spec = EVENTS[event]
+    names = list(spec.fields)
+    body = "".join(f',"{n}":' + _FIELD_FORMATS[t] % n for n, t in spec.fields.items())
+    args = ", ".join(names)
+    fields = ", ".join(f"{n}={n}" for n in names)
+    # The timestamp is now_iso() inlined; ``_head`` is the envelope after it, a constant
+    # refreshed by ``setup`` (see ``_set_head``); the writer's ``write`` is inlined too.
+    # Message events never go to the human-readable console (see ``_console``).
+    line = (
+        'f\'{{"ts":"{_clock.prefix}{str(int((t - sec) * 1000000)).zfill(6)}Z'
+        + "{_head}"
+        + body
+        + "}}\\n'"
+    )
+    if event.startswith("message."):
+        console = "    if _state.console == 'json':\n        _sys.stderr.write(line)\n"
+    else:
+        console = (
+            "    if _state.console != 'off':\n"
+            f"        _console({level!r}, {event!r}, line, dict({fields}))\n"
+        )
+    source = (
+        f"def emit_event({args}):\n"
+        f"    if {_LEVELS[level]} < _state.level:\n"
+        "        return\n"
+        "    t = _time()\n"
+        "    sec = int(t)\n"
+        "    if sec != _clock.sec:\n"
+        "        _clock.tick(sec)\n"
+        f"    line = {line}\n"
+        "    writer = _state.writer\n"
+        "    if writer is not None:\n"
+        "        lines = writer.lines\n"
+        "        lines.append(line)\n"
+        f"        if len(lines) >= {FLUSH_LINES}:\n"
+        "            writer.flush()\n"
+        f"{console}"
+    )
+    namespace: dict[str, Any] = {
+        "_state": _state,
+        "_time": time.time,
+        "_clock": _clock,
+        "_esc": encode_basestring_ascii,
+        "_dumps": _dumps,
+        "_console": _console,
+        "_sys": sys,
+    }
+    _set_head(namespace, level, event)
+    _emitters.append((namespace, level, event))
+    exec(compile(source, f"<emitter {event}>", "exec"), namespace)
+    fn: Callable[..., None] = namespace["emit_event"]
+    fn.__qualname__ = fn.__name__ = "emit_" + event.replace(".", "_")
+    return fn
+
+
+_emitters: list[tuple[dict[str, Any], str, str]] = []
+
+
+def _set_head(namespace: dict[str, Any], level: str, event: str) -> None:
+    """The envelope of a compiled emitter's lines, from the ``"`` that closes the
+    timestamp to the schema (node and service are known only after ``setup``)."""
+    namespace["_head"] = (
+        f'","level":"{level}","node":{_state.node_json},"service":{_state.service_json},'
+        f'"event":"{event}","schema":"{SCHEMA_VERSION}"'
+    )
+
+
+def _console(level: str, event: str, line: str, fields: dict[str, Any]) -> None:
     if _state.console == "json":
         sys.stderr.write(line)
     elif _state.console == "on" and _LEVELS[level] >= 20 and not event.startswith("message."):
@@ -194,6 +299,8 @@ def setup(
     _state.service = service
     _state.node_json = json.dumps(node)
     _state.service_json = json.dumps(service)
+    for namespace, event_level, event in _emitters:
+        _set_head(namespace, event_level, event)
     _state.level = _LEVELS[level]
     _state.console = console
     _state.message_events = message_events

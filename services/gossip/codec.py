@@ -106,6 +106,11 @@ class _Reader:
             b = self.byte()
             n |= (b & 0x7F) << shift
             if not b & 0x80:
+                # one value, one byte form: a record re-encodes to exactly its bytes
+                if b == 0 and shift:
+                    raise CodecError("overlong varint")
+                if n >> 64:
+                    raise CodecError("varint longer than 64 bits")
                 return n
             shift += 7
             if shift > 63:

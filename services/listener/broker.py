@@ -27,7 +27,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -36,7 +36,9 @@ from services.common import log
 from services.common.grpcutil import rpc_failed
 from services.common.metrics import Registry
 from services.listener import convert
+from services.listener.durable import Countdown, Queued
 from services.listener.mqtt.types import ReasonCode, Will
+from services.listener.registry_client import RegistryClient, RegistryUnavailable
 from services.listener.routing.model import SubOptions, SubscriberId
 from services.listener.routing.retained import RetainedStore
 from services.listener.routing.shared import SharedPicker, SharedPolicy
@@ -49,12 +51,11 @@ from services.listener.session.actions import (
 )
 from services.listener.session.handle_publish import forwarded
 from services.listener.session.messages import Message, OutboundMessage
-from services.listener.store_client import StoreClient, StoreUnavailable
+from services.listener.store_client import StoreClient
 from services.pb import (
     common_pb2,
     gossip_pb2,
     gossip_pb2_grpc,
-    msgstore_pb2,
     registry_pb2,
     registry_pb2_grpc,
 )
@@ -80,7 +81,13 @@ class Broker:
         self.listener_id = listener_id
         self.store = store
         self.registry = registry
+        self.registry_client = RegistryClient(registry, self._late_register)
         self.gossip = gossip
+        # sessions that wrote subscriptions to gossip since they last started fresh: the
+        # registry drops a clean session's subscriptions at its end only if it has some
+        self._subscribed: set[SubscriberId] = set()
+        self._subs_writes: dict[SubscriberId, list[asyncio.Future[None]]] = {}
+        self._max_offline: int = max(config["max_offline_messages"], 0)
         self.sessions: dict[SubscriberId, Connection] = {}
         self.trie = SubscriptionTrie()
         self.retained: RetainedStore[Message] = RetainedStore()
@@ -91,14 +98,19 @@ class Broker:
         self._wills: dict[SubscriberId, asyncio.TimerHandle] = {}
         self._ids = itertools.count(1)
         self._id_prefix = f"{self.node.split('@')[0]}-{int(time.time() * 1000) % 10**10:x}-"
+        # bound once: every session holds it, and each attribute access would make a new one
+        self.msg_id_source: Callable[[], str] = self.next_msg_id
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._msg_pb: tuple[Message, common_pb2.MqttMessage] | None = None
+        self._msg_field: tuple[Message, bytes] | None = None  # the last publish, encoded
         self.accepting = False
         m = metrics
         self.m_published = m.counter("messages_published_total", "PUBLISHes accepted", ["qos"])
+        self._published = [self.m_published.labels(str(qos)) for qos in (0, 1, 2)]
         self.m_delivered = m.counter("messages_delivered_total", "PUBLISHes sent", ["qos"])
+        self.delivered_qos = [self.m_delivered.labels(str(qos)) for qos in (0, 1, 2)]
         self.m_dropped = m.counter("messages_dropped_total", "Deliveries dropped", ["reason"])
         self.m_queued = m.counter("messages_queued_total", "Appends to session queues")
+        self._queued = self.m_queued.labels()
         self.m_store_errors = m.counter("store_errors_total", "Failed queue appends")
         m.gauge(
             "sessions_online", "Sessions connected to this listener", fn=lambda: len(self.sessions)
@@ -133,38 +145,49 @@ class Broker:
         return sid in self.sessions
 
     # -- registration ----------------------------------------------------------------
-    async def register(self, conn: Connection, req: Register) -> None:
+    def register(self, conn: Connection, req: Register) -> None:
+        """Ask the registry to make ``conn`` the live session of its id (batched; no task:
+        the answer comes back as a callback, which is most of what makes a CONNECT cheap)."""
         sid = (req.mountpoint, req.client_id)
         connect = req.connect
-        try:
-            reply = await self.registry.Register(
-                registry_pb2.RegisterRequest(
-                    key=common_pb2.SessionKey(mountpoint=req.mountpoint, client_id=req.client_id),
-                    node=self.node,
-                    listener_id=self.listener_id,
-                    clean_start=req.clean_start,
-                    session_expiry=req.session_expiry,
-                    proto_ver=connect.protocol_version,
-                    peer=conn.peer,
-                    username=connect.username or "",
-                    max_offline_messages=max(self.config["max_offline_messages"], 0),
-                ),
-                timeout=15,
+        op = registry_pb2.ConnectionOp(
+            register=registry_pb2.RegisterRequest(
+                key=common_pb2.SessionKey(mountpoint=req.mountpoint, client_id=req.client_id),
+                node=self.node,
+                listener_id=self.listener_id,
+                clean_start=req.clean_start,
+                session_expiry=req.session_expiry,
+                proto_ver=connect.protocol_version,
+                peer=conn.peer,
+                username=connect.username or "",
+                max_offline_messages=self._max_offline,
             )
-        except grpc.aio.AioRpcError as exc:
-            rpc_failed("registry", "Register", exc, "warning")
+        )
+        self.registry_client.submit(
+            op, lambda result: self._registered(conn, sid, req.session_expiry, result)
+        )
+
+    def _registered(
+        self,
+        conn: Connection,
+        sid: SubscriberId,
+        expiry: int,
+        result: registry_pb2.ConnectionResult | RegistryUnavailable,
+    ) -> None:
+        if isinstance(result, RegistryUnavailable):
+            _registry_failed("Register", result)
             conn.registered(False, 0, False, False, ReasonCode.SERVER_UNAVAILABLE)
             return
+        reply = result.register
         if not reply.ok:
             conn.registered(
                 False, 0, False, False, reply.reason_code or ReasonCode.SERVER_UNAVAILABLE
             )
             return
+        if not reply.session_present:
+            self._subscribed.discard(sid)  # the registry dropped any subscriptions it had
         if conn.closed:  # the client went away while we waited: report it gone at once
-            self.spawn(
-                self._report_ended(sid, reply.epoch, req.session_expiry, "closed", False),
-                "disconnected",
-            )
+            self._report_ended(sid, reply.epoch, expiry, "closed", False)
             return
         old = self.sessions.get(sid)
         if old is not None and old is not conn:
@@ -179,7 +202,7 @@ class Broker:
         conn.resuming = resuming
         conn.registered(True, reply.epoch, reply.session_present, reply.persistent, 0)
         if resuming:
-            await self._resume(conn, sid, reply.epoch)
+            self.spawn(self._resume(conn, sid, reply.epoch), "resume")
 
     async def _resume(self, conn: Connection, sid: SubscriberId, epoch: int) -> None:
         # Appends routed while the session was offline may still be on their way to the
@@ -217,7 +240,7 @@ class Broker:
             return
         conn.resume(queued, inbound, pubrel)
 
-    async def ended(self, conn: Connection, action: Ended) -> None:
+    def ended(self, conn: Connection, action: Ended) -> None:
         sid = conn.sid
         if sid is None or conn.epoch == 0:
             return
@@ -225,28 +248,55 @@ class Broker:
             del self.sessions[sid]
             if not conn.persistent:
                 self.trie.remove_all(sid)
-        await self.store.flush()  # acks and marks of this connection are durable first
-        await self._report_ended(
-            sid, conn.epoch, action.session_expiry, action.reason, action.taken_over
-        )
+        # Acks and marks of this connection are durable, and its subscriptions in gossip,
+        # before the registry may end the session (a clean one's end needs no task).
+        flush = self.store.flush()
+        writes = self._subs_writes.get(sid)
+        args = (sid, conn.epoch, action.session_expiry, action.reason, action.taken_over)
+        if flush.done() and not writes:
+            self._report_ended(*args)
+        else:
+            self.spawn(self._ended_later(flush, writes or [], *args), "ended")
 
-    async def _report_ended(
+    async def _ended_later(
+        self,
+        flush: asyncio.Future[None],
+        writes: list[asyncio.Future[None]],
+        sid: SubscriberId,
+        epoch: int,
+        expiry: int,
+        reason: str,
+        taken_over: bool,
+    ) -> None:
+        await flush
+        if writes:
+            await asyncio.gather(*writes)
+        self._report_ended(sid, epoch, expiry, reason, taken_over)
+
+    def _report_ended(
         self, sid: SubscriberId, epoch: int, expiry: int, reason: str, taken_over: bool
     ) -> None:
-        try:
-            await self.registry.Disconnected(
-                registry_pb2.DisconnectedRequest(
-                    key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]),
-                    epoch=epoch,
-                    listener_id=self.listener_id,
-                    session_expiry=expiry,
-                    reason=reason,
-                    taken_over=taken_over,
-                ),
-                timeout=10,
+        op = registry_pb2.ConnectionOp(
+            disconnected=registry_pb2.DisconnectedRequest(
+                key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]),
+                epoch=epoch,
+                listener_id=self.listener_id,
+                session_expiry=expiry,
+                reason=reason,
+                taken_over=taken_over,
+                no_subscriptions=sid not in self._subscribed,
             )
-        except grpc.aio.AioRpcError as exc:
-            rpc_failed("registry", "Disconnected", exc, "warning")
+        )
+        if sid not in self.sessions:
+            self._subscribed.discard(sid)
+        self.registry_client.submit(op, _disconnected_reported)
+
+    def _late_register(
+        self, req: registry_pb2.RegisterRequest, reply: registry_pb2.RegisterReply
+    ) -> None:
+        """A registration we gave up on succeeded after all: nobody serves it, say so."""
+        sid = (req.key.mountpoint, req.key.client_id)
+        self._report_ended(sid, reply.epoch, req.session_expiry, "closed", False)
 
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
         """The registry waits for our Disconnected(taken_over) whether or not we still hold
@@ -256,18 +306,18 @@ class Broker:
         if conn is not None and conn.epoch == old_epoch and not conn.closed:
             conn.takeover()
         else:
-            self.spawn(self._report_ended(sid, old_epoch, 0, "taken_over", True), "disconnected")
+            self._report_ended(sid, old_epoch, 0, "taken_over", True)
 
     # -- publish ---------------------------------------------------------------------
     def route(self, msg: Message, conn: Connection | None, token: int | None) -> None:
         """Deliver ``msg`` to every matching session; answer ``conn`` when durable."""
-        self.m_published.labels(str(msg.qos)).inc()
-        waits: list[asyncio.Future[Any]] = []
+        self._published[msg.qos].inc()
+        countdown = Countdown(conn, token, self) if token is not None and conn is not None else None
         if msg.retain:
-            self._update_retained(msg, waits if msg.qos else None)
+            self._update_retained(msg, countdown)
         result = self.trie.match(msg.mountpoint, msg.topic, (msg.mountpoint, msg.publisher))
         for m in result.normal:
-            self._deliver_to(m.sid, m.qos, m.retain_as_published, m.sub_ids, msg, waits)
+            self._deliver_to(m.sid, m.qos, m.retain_as_published, m.sub_ids, msg, countdown)
         for group in result.shared:
             member = self.picker.pick(group, self.is_online)
             if member is None:
@@ -275,15 +325,12 @@ class Broker:
                 continue
             opts = member.opts
             sub_ids = (opts.sub_id,) if opts.sub_id else ()
-            self._deliver_to(member.sid, opts.qos, opts.retain_as_published, sub_ids, msg, waits)
-        if token is None or conn is None:
-            return
-        matched = bool(result.normal or result.shared)
-        code = ReasonCode.SUCCESS if matched else ReasonCode.NO_MATCHING_SUBSCRIBERS
-        if not waits:
-            conn.routed(token, code)
-            return
-        _Countdown(len(waits), conn, token, code, self).watch(waits)
+            self._deliver_to(
+                member.sid, opts.qos, opts.retain_as_published, sub_ids, msg, countdown
+            )
+        if countdown is not None:
+            matched = bool(result.normal or result.shared)
+            countdown.arm(ReasonCode.SUCCESS if matched else ReasonCode.NO_MATCHING_SUBSCRIBERS)
 
     def store_failed(self, reason: str) -> None:
         self.m_store_errors.inc()
@@ -296,48 +343,25 @@ class Broker:
         rap: bool,
         sub_ids: tuple[int, ...],
         msg: Message,
-        waits: list[asyncio.Future[Any]],
+        countdown: Countdown | None,
     ) -> None:
         qos = sub_qos if self.upgrade_qos else min(msg.qos, sub_qos)
-        out = OutboundMessage(msg, qos, msg.retain and rap, sub_ids)
+        retain = msg.retain and rap
         conn = self.sessions.get(sid)
         if conn is not None and (qos == 0 or not conn.persistent):
-            conn.deliver(out)
+            conn.deliver(OutboundMessage(msg, qos, retain, sub_ids))
             return
-        pb = self._msg_pb
-        if pb is None or pb[0] is not msg:  # one protobuf per publish, not per subscriber
-            pb = self._msg_pb = (msg, convert.message_to_pb(msg, self.node))
-        fut = self.store.append(sid[0], sid[1], 0, pb[1], qos, out.retain, sub_ids)
-        self.m_queued.inc()
-        fut.add_done_callback(lambda f: self._appended(sid, conn, out, f))
-        if msg.qos:
-            waits.append(fut)
-
-    def _appended(
-        self,
-        sid: SubscriberId,
-        conn: Connection | None,
-        out: OutboundMessage,
-        fut: asyncio.Future[msgstore_pb2.AppendResult],
-    ) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            if not isinstance(exc, StoreUnavailable):
-                raise exc
-            return
-        res = fut.result()
-        if res.status == msgstore_pb2.APPEND_OK:
-            if conn is not None and self.sessions.get(sid) is conn:
-                conn.deliver(
-                    OutboundMessage(out.message, out.qos, out.retain, out.sub_ids, res.seq)
-                )
-        elif res.status == msgstore_pb2.APPEND_QUEUE_FULL:
-            self.dropped(sid[1], out, "queue_full")
-        elif res.status == msgstore_pb2.APPEND_STORE_ERROR:
-            self.dropped(sid[1], out, "store_error")
-        # APPEND_NO_QUEUE: an offline, non-persistent session not yet cleaned up: nothing lost.
+        encoded = self._msg_field
+        if encoded is None or encoded[0] is not msg:  # encoded once per publish
+            encoded = self._msg_field = (
+                msg,
+                convert.message_field(convert.message_to_pb(msg, self.node)),
+            )
+        queued = Queued(self, sid, conn, msg, qos, retain, sub_ids, countdown)
+        if countdown is not None:
+            countdown.left += 1
+        self.store.append(sid[0], sid[1], 0, encoded[1], qos, retain, sub_ids, queued.done)
+        self._queued.inc()
 
     def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None:
         self.m_dropped.labels(reason).inc()
@@ -366,7 +390,8 @@ class Broker:
         )
 
     # -- retained --------------------------------------------------------------------
-    def _update_retained(self, msg: Message, waits: list[asyncio.Future[Any]] | None) -> None:
+    def _update_retained(self, msg: Message, countdown: Countdown | None) -> None:
+        """Replicate the retained message; a QoS >= 1 publisher's answer waits for it."""
         key = convert.meta_key(msg.mountpoint, msg.topic)
         if msg.payload:
             self.retained.set(msg.mountpoint, msg.topic, msg)
@@ -380,8 +405,9 @@ class Broker:
             op = gossip_pb2.MetaOp(prefix="retain", key=key, delete=True)
         log.emit("retain.updated", topic=msg.topic, size=len(msg.payload), cleared=not msg.payload)
         fut = asyncio.ensure_future(self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10))
-        if waits is not None:
-            waits.append(fut)
+        if countdown is not None and msg.qos:
+            countdown.left += 1
+            fut.add_done_callback(countdown.future_done)
         else:
             fut.add_done_callback(_log_put_failure)
 
@@ -436,11 +462,20 @@ class Broker:
             if subs
             else gossip_pb2.MetaOp(prefix="subs", key=key, delete=True)
         )
+        self._subscribed.add(sid)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        writes = self._subs_writes.setdefault(sid, [])
+        writes.append(done)
         try:
             await self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10)
         except grpc.aio.AioRpcError as exc:
             rpc_failed("gossip", "Put", exc, "error")
             return False
+        finally:
+            done.set_result(None)
+            writes.remove(done)
+            if not writes and self._subs_writes.get(sid) is writes:
+                del self._subs_writes[sid]
         return True
 
     # -- gossip replica --------------------------------------------------------------
@@ -507,52 +542,6 @@ class Broker:
             await asyncio.wait(list(self._tasks), timeout=5)
 
 
-_FAILED_APPENDS = (msgstore_pb2.APPEND_STORE_ERROR, msgstore_pb2.APPEND_STALE_EPOCH)
-
-
-class _Countdown:
-    """Answers a QoS >= 1 publisher once every durable write it waits on is done.
-
-    Lighter than ``asyncio.gather`` (which was ~8% of the listener's time under load):
-    one counter, one callback per write. Any failed write — an exception, or an append
-    the store refused for lack of space or a stale epoch — makes the answer 0x80, so the
-    publisher is never acknowledged for a message that is not on disk (I1). A full
-    session queue (max_offline_messages) is a deliberate, logged drop, not a failure.
-    """
-
-    __slots__ = ("broker", "code", "conn", "failure", "left", "token")
-
-    def __init__(self, n: int, conn: Connection, token: int, code: int, broker: Broker) -> None:
-        self.left = n
-        self.conn = conn
-        self.token = token
-        self.code = code
-        self.broker = broker
-        self.failure: str | None = None
-
-    def watch(self, waits: list[asyncio.Future[Any]]) -> None:
-        for fut in waits:
-            fut.add_done_callback(self._done)
-
-    def _done(self, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled():
-            self.failure = self.failure or "cancelled"
-        elif (exc := fut.exception()) is not None:
-            self.failure = self.failure or str(exc)
-        else:
-            res = fut.result()
-            if isinstance(res, msgstore_pb2.AppendResult) and res.status in _FAILED_APPENDS:
-                self.failure = self.failure or msgstore_pb2.AppendStatus.Name(res.status)
-        self.left -= 1
-        if self.left:
-            return
-        if self.failure is not None:
-            self.broker.store_failed(self.failure)
-            self.conn.routed(self.token, ReasonCode.UNSPECIFIED_ERROR)
-        else:
-            self.conn.routed(self.token, self.code)
-
-
 def _log_put_failure(fut: asyncio.Future[Any]) -> None:
     if fut.cancelled():
         return
@@ -561,3 +550,14 @@ def _log_put_failure(fut: asyncio.Future[Any]) -> None:
         rpc_failed("gossip", "Put", exc, "error")
     elif exc is not None:
         raise exc
+
+
+def _registry_failed(method: str, exc: RegistryUnavailable) -> None:
+    log.emit(
+        "rpc.failed", "warning", target="registry", method=method, code=exc.code, reason=exc.reason
+    )
+
+
+def _disconnected_reported(result: registry_pb2.ConnectionResult | RegistryUnavailable) -> None:
+    if isinstance(result, RegistryUnavailable):
+        _registry_failed("Disconnected", result)

@@ -12,17 +12,23 @@ writing) and ``resume_writing`` lets it drain — a client that never reads cann
 the broker's memory grow without bound.
 
 Timers are lazy: a ``SetTimer`` that moves a deadline later (the keepalive, on every
-packet) only records the new deadline; the pending handle re-arms itself when it fires
-early. That keeps per-packet timer cost to an attribute store.
+packet) only records the new deadline; the pending entry re-arms itself when it comes
+up early. That keeps per-packet timer cost to an attribute store. All connections'
+timers share one heap and one event-loop timer (``_LoopTimers``, ``session.timers``).
+
+Memory: thousands of mostly idle connections each hold one ``Connection``, so it has
+``__slots__``, dispatches actions through a class-level table (not a dict of bound
+methods per instance) and creates what an idle client never needs (backlog, resume
+buffer, password check) only when it is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from services.common import log
 from services.listener.mqtt.decoder import Decoder
@@ -51,6 +57,7 @@ from services.listener.session.actions import (
 from services.listener.session.auth import Authorizer
 from services.listener.session.core import Session, SessionState
 from services.listener.session.messages import OutboundMessage
+from services.listener.session.timers import Timer, TimerHeap
 
 if TYPE_CHECKING:
     from services.listener.broker import Broker
@@ -61,8 +68,103 @@ if TYPE_CHECKING:
 
 _BUDGET = 200  # packets handled per connection per event-loop turn
 
+# Metric label of each packet class (not ``__name__.upper()`` per packet).
+_PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(Packet)}
+
+# The per-message events, compiled once (fields in catalogue order, see log.emitter).
+_log_published = log.emitter("message.published")
+_log_delivered = log.emitter("message.delivered")
+_log_acked = log.emitter("message.acked")
+
+
+class _LoopTimers:
+    """The event-loop side of a ``TimerHeap``: one loop timer, armed for the earliest
+    entry, fires the due session timers of every connection of this loop."""
+
+    __slots__ = ("__weakref__", "handle", "handle_at", "heap")
+
+    def __init__(self) -> None:
+        self.heap: TimerHeap[Connection] = TimerHeap()
+        self.handle: asyncio.TimerHandle | None = None
+        self.handle_at = 0.0
+
+    def set(self, timer: Timer[Connection], at: float) -> None:
+        self.heap.set(timer, at)
+        self._arm()
+
+    def cancel(self, timer: Timer[Connection]) -> None:
+        self.heap.cancel(timer)
+
+    def _arm(self) -> None:
+        at = self.heap.next_at()
+        if at is None or (self.handle is not None and self.handle_at <= at):
+            return  # nothing to fire, or the loop timer comes first anyway
+        if self.handle is not None:
+            self.handle.cancel()
+        delay = max(0.0, at - time.time())
+        self.handle = asyncio.get_running_loop().call_later(delay, self._run)
+        self.handle_at = at
+
+    def _run(self) -> None:
+        self.handle = None
+        loop = asyncio.get_running_loop()
+        for timer in self.heap.pop_due(time.time()):
+            conn = timer.owner
+            assert conn is not None  # only cancelled timers lose their owner
+            try:
+                conn.timer_fired(timer)
+            except Exception as exc:  # one connection's failure must not stop the others'
+                loop.call_exception_handler(
+                    {"message": "session timer failed", "exception": exc, "protocol": conn}
+                )
+        self._arm()
+
+
+_loop_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopTimers] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _timers_of(loop: asyncio.AbstractEventLoop) -> _LoopTimers:
+    timers = _loop_timers.get(loop)
+    if timers is None:
+        timers = _loop_timers[loop] = _LoopTimers()
+    return timers
+
 
 class Connection(asyncio.Protocol):
+    __slots__ = (
+        "_backlog",
+        "_backlog_error",
+        "_barrier",
+        "_connected_at",
+        "_delivered_hi",
+        "_delivered_sent",
+        "_ended",
+        "_flush_scheduled",
+        "_held",
+        "_held_error",
+        "_loop",
+        "_preauth",
+        "_resume_buffer",
+        "_timers",
+        "_wbuf",
+        "authorizer",
+        "broker",
+        "closed",
+        "decoder",
+        "epoch",
+        "limits",
+        "listener",
+        "metrics",
+        "peer",
+        "persistent",
+        "resuming",
+        "session",
+        "sid",
+        "transport",
+    )
+
     def __init__(
         self,
         broker: Broker,
@@ -75,8 +177,9 @@ class Connection(asyncio.Protocol):
         self.broker = broker
         self.listener = listener
         self.limits = limits
-        self.authorizer = ConnectionAuth(authorizer)
-        self.slow_auth = slow_auth
+        # the password check runs off the loop (preauth) only when it may be slow
+        self._preauth = ConnectionAuth(authorizer) if slow_auth else None
+        self.authorizer: Authorizer = self._preauth or authorizer
         self._held: list[Packet] | None = None  # packets waiting for the password check
         self.metrics = metrics
         self.transport: asyncio.Transport | None = None
@@ -88,36 +191,19 @@ class Connection(asyncio.Protocol):
         self.persistent = False
         self.closed = False
         self.resuming = False
-        self._resume_buffer: list[OutboundMessage] = []
+        self._resume_buffer: list[OutboundMessage] | None = None  # created when resuming
         self._held_error: MQTTError | None = None
-        self._backlog: list[Packet] = []  # decoded, not yet handled (fairness, see _work)
+        self._backlog: list[Packet] | None = None  # decoded, not yet handled (see _work)
         self._backlog_error: MQTTError | None = None
         self._barrier: asyncio.Future[None] | None = None  # writes wait for a durable mark
         self._delivered_hi = 0  # highest queue seq written to the client
         self._delivered_sent = 0  # ... and reported to the store
         self._wbuf: list[bytes] = []
         self._flush_scheduled = False
-        self._timers: dict[str, list[Any]] = {}
+        self._timers: tuple[Timer[Connection], ...] = ()
         self._connected_at = time.time()
         self._loop = asyncio.get_running_loop()
         self._ended = False
-        self._dispatch: dict[type, Callable[[Any], None]] = {
-            Send: self._send,
-            SendPublish: self._send_publish,
-            Close: self._close,
-            Register: self._register,
-            Route: self._route,
-            SubscribeRequest: self._subscribe,
-            UnsubscribeRequest: self._unsubscribe,
-            Acked: self._acked,
-            StoreMark: self._store_mark,
-            Dropped: self._dropped,
-            PublishWill: self._publish_will,
-            SetTimer: self._set_timer,
-            CancelTimer: self._cancel_timer,
-            Ended: self._ended_action,
-            LogEvent: self._log_event,
-        }
 
     # -- asyncio protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -125,13 +211,11 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # TCP_NODELAY: uvloop and asyncio both set it on every TCP transport already
         self.transport.set_write_buffer_limits(high=self.limits_pending())
         self.metrics.connections.inc()
         self.session = Session(
-            self.limits, self.authorizer, self.peer, self.broker.next_msg_id, time.time()
+            self.limits, self.authorizer, self.peer, self.broker.msg_id_source, time.time()
         )
         self.execute(self.session.start(time.time()))
 
@@ -175,9 +259,10 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._continue)
         if self._handle(packets, now):
             if self._held is not None:  # the password check takes over what is left
-                self._held.extend(self._backlog)
+                if self._backlog:
+                    self._held.extend(self._backlog)
                 self._held_error = self._held_error or error or self._backlog_error
-                self._backlog, self._backlog_error = [], None
+                self._backlog, self._backlog_error = None, None
             return
         if error is not None:
             self._protocol_error(error, now)
@@ -185,10 +270,10 @@ class Connection(asyncio.Protocol):
     def _continue(self) -> None:
         if self.closed or self.session is None:
             return
-        packets, self._backlog = self._backlog, []
+        packets, self._backlog = self._backlog, None
         error, self._backlog_error = self._backlog_error, None
         if packets or error is not None:
-            self._work(packets, error)
+            self._work(packets or [], error)
         if not self._backlog and self._held is None and not self.closed:
             assert self.transport is not None
             self.transport.resume_reading()
@@ -201,33 +286,35 @@ class Connection(asyncio.Protocol):
         """Feed packets to the session; True when it must stop (closed or auth pending)."""
         session = self.session
         assert session is not None
+        preauth = self._preauth
         for i, pkt in enumerate(packets):
             if (
-                self.slow_auth
+                preauth is not None
                 and isinstance(pkt, Connect)
                 and pkt.username is not None
-                and self.authorizer.answer is None
+                and preauth.answer is None
             ):
                 self._held = packets[i:]
                 self._check_password(pkt)
                 return True
-            self.metrics.packets_in.labels(type(pkt).__name__.upper()).inc()
+            self.metrics.packets_in.labels(_PACKET_NAMES[type(pkt)]).inc()
             self.execute(session.handle_packet(pkt, now))
             if self.closed:
                 return True
         return False
 
     def _check_password(self, pkt: Connect) -> None:
-        assert self.transport is not None
+        assert self.transport is not None and self._preauth is not None
         self.transport.pause_reading()
-        inner = self.authorizer.inner
+        inner = self._preauth.inner
         fut = self._loop.run_in_executor(
             None, inner.authenticate, pkt.client_id, pkt.username, pkt.password, self.peer
         )
         fut.add_done_callback(self._password_checked)
 
     def _password_checked(self, fut: asyncio.Future[int]) -> None:
-        self.authorizer.answer = fut.result()
+        assert self._preauth is not None
+        self._preauth.answer = fut.result()
         held, self._held = self._held or [], None
         if self.closed or self.session is None:
             return
@@ -245,9 +332,11 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.metrics.connections.inc(-1)
-        for entry in self._timers.values():
-            entry[0].cancel()
-        self._timers.clear()
+        if self._timers:
+            timers = _timers_of(self._loop)
+            for timer in self._timers:
+                timers.cancel(timer)
+            self._timers = ()
         was_closed = self.closed
         self.closed = True
         if self.session is not None and self.session.state is not SessionState.CLOSED:
@@ -279,6 +368,8 @@ class Connection(asyncio.Protocol):
         if self.closed or self.session is None:
             return
         if self.resuming and out.seq is not None:
+            if self._resume_buffer is None:
+                self._resume_buffer = []
             self._resume_buffer.append(out)
             return
         self.execute(self.session.deliver(out, time.time()))
@@ -327,8 +418,9 @@ class Connection(asyncio.Protocol):
         if self.session is None or self.closed:
             return
         last = queued[-1].seq if queued else 0
-        buffered = [o for o in self._resume_buffer if o.seq is not None and o.seq > (last or 0)]
-        self._resume_buffer = []
+        held = self._resume_buffer or ()
+        buffered = [o for o in held if o.seq is not None and o.seq > (last or 0)]
+        self._resume_buffer = None
         self.resuming = False
         now = time.time()
         self.execute(self.session.resume(queued, inbound, pubrel, now))
@@ -370,9 +462,9 @@ class Connection(asyncio.Protocol):
 
     # -- actions -------------------------------------------------------------------
     def execute(self, actions: list[Action]) -> None:
-        dispatch = self._dispatch
+        dispatch = _DISPATCH
         for action in actions:
-            dispatch[type(action)](action)
+            dispatch[type(action)](self, action)
 
     def _write(self, data: bytes) -> None:
         self._wbuf.append(data)
@@ -395,7 +487,7 @@ class Connection(asyncio.Protocol):
 
     def _send(self, action: Send) -> None:
         assert self.session is not None
-        self.metrics.packets_out.labels(type(action.packet).__name__.upper()).inc()
+        self.metrics.packets_out.labels(_PACKET_NAMES[type(action.packet)]).inc()
         self._write(encode(action.packet, self.session.protocol_version))
 
     def _send_publish(self, action: SendPublish) -> None:
@@ -404,20 +496,19 @@ class Connection(asyncio.Protocol):
         self.metrics.packets_out.labels("PUBLISH").inc()
         if out.seq is not None and out.seq > self._delivered_hi and self.persistent:
             self._delivered_hi = out.seq
-        self.broker.m_delivered.labels(str(out.qos)).inc()
+        self.broker.delivered_qos[out.qos].inc()
         self._write(encode(action.packet, self.session.protocol_version))
         if out.qos and log.message_events_enabled():
             msg = out.message
-            log.emit(
-                "message.delivered",
-                msg_id=msg.msg_id,
-                client_id=self.sid[1] if self.sid else "",
-                topic=msg.topic,
-                qos=out.qos,
-                dup=action.packet.dup,
-                latency_us=int((time.time() - msg.published_at) * 1e6),
-                publisher=msg.publisher,
-                seq=out.seq or 0,
+            _log_delivered(
+                msg.msg_id,
+                self.sid[1] if self.sid else "",
+                msg.topic,
+                out.qos,
+                action.packet.dup,
+                int((time.time() - msg.published_at) * 1e6),
+                msg.publisher,
+                out.seq or 0,
             )
 
     def _close(self, action: Close) -> None:
@@ -440,20 +531,19 @@ class Connection(asyncio.Protocol):
 
     def _register(self, action: Register) -> None:
         self.sid = (action.mountpoint, action.client_id)
-        self.broker.spawn(self.broker.register(self, action), "register")
+        self.broker.register(self, action)
 
     def _route(self, action: Route) -> None:
         msg = action.message
         if msg.qos and log.message_events_enabled():
-            log.emit(
-                "message.published",
-                msg_id=msg.msg_id,
-                client_id=msg.publisher,
-                topic=msg.topic,
-                qos=msg.qos,
-                retain=msg.retain,
-                size=len(msg.payload),
-                mountpoint=msg.mountpoint,
+            _log_published(
+                msg.msg_id,
+                msg.publisher,
+                msg.topic,
+                msg.qos,
+                msg.retain,
+                len(msg.payload),
+                msg.mountpoint,
             )
         self.broker.route(msg, self, action.token)
 
@@ -469,12 +559,11 @@ class Connection(asyncio.Protocol):
             self.broker.store.ack(self.sid[0], self.sid[1], self.epoch, out.seq)
         if log.message_events_enabled():
             msg = out.message
-            log.emit(
-                "message.acked",
-                msg_id=msg.msg_id,
-                client_id=self.sid[1] if self.sid else "",
-                qos=out.qos,
-                latency_us=int((time.time() - msg.published_at) * 1e6),
+            _log_acked(
+                msg.msg_id,
+                self.sid[1] if self.sid else "",
+                out.qos,
+                int((time.time() - msg.published_at) * 1e6),
             )
 
     def _store_mark(self, action: StoreMark) -> None:
@@ -508,39 +597,36 @@ class Connection(asyncio.Protocol):
     def _publish_will(self, action: PublishWill) -> None:
         self.broker.publish_will(self, action.will, action.delay)
 
+    def _timer(self, name: str) -> Timer[Connection] | None:
+        for timer in self._timers:  # at most "connect", "keepalive" and "retry"
+            if timer.name == name:
+                return timer
+        return None
+
     def _set_timer(self, action: SetTimer) -> None:
-        entry = self._timers.get(action.name)
-        if entry is not None:
-            if action.at >= entry[1]:
-                entry[2] = action.at  # lazy: the handle re-arms itself when it fires
-                return
-            entry[0].cancel()
-        delay = max(0.0, action.at - time.time())
-        handle = self._loop.call_later(delay, self._fire_timer, action.name)
-        self._timers[action.name] = [handle, action.at, action.at]
+        timer = self._timer(action.name)
+        if timer is None:  # a fired timer stays in _timers, to be set again
+            timer = Timer(self, action.name)
+            self._timers += (timer,)
+        _timers_of(self._loop).set(timer, action.at)  # lazy when the deadline moves later
 
     def _cancel_timer(self, action: CancelTimer) -> None:
-        entry = self._timers.pop(action.name, None)
-        if entry is not None:
-            entry[0].cancel()
+        timer = self._timer(action.name)
+        if timer is not None:
+            self._timers = tuple(t for t in self._timers if t is not timer)
+            _timers_of(self._loop).cancel(timer)
 
-    def _fire_timer(self, name: str) -> None:
-        entry = self._timers.get(name)
-        if entry is None or self.session is None or self.closed:
+    def timer_fired(self, timer: Timer[Connection]) -> None:
+        """One of this connection's timers is due (called by ``_LoopTimers``)."""
+        if self.session is None or self.closed:
             return
-        now = time.time()
-        if entry[2] > now + 0.001:
-            entry[0] = self._loop.call_later(entry[2] - now, self._fire_timer, name)
-            entry[1] = entry[2]
-            return
-        del self._timers[name]
-        self.execute(self.session.handle_timeout(name, now))
+        self.execute(self.session.handle_timeout(timer.name, time.time()))
 
     def _ended_action(self, action: Ended) -> None:
         if self._ended:
             return
         self._ended = True
-        self.broker.spawn(self.broker.ended(self, action), "ended")
+        self.broker.ended(self, action)
 
     def _log_event(self, action: LogEvent) -> None:
         if action.event == "protocol.error":
@@ -548,3 +634,23 @@ class Connection(asyncio.Protocol):
             log.emit(action.event, "warning", **dict(action.fields))
         else:
             log.emit(action.event, "info", **dict(action.fields))
+
+
+_DISPATCH: dict[type, Callable[[Connection, Any], None]] = {
+    Send: Connection._send,
+    SendPublish: Connection._send_publish,
+    Close: Connection._close,
+    Register: Connection._register,
+    Route: Connection._route,
+    SubscribeRequest: Connection._subscribe,
+    UnsubscribeRequest: Connection._unsubscribe,
+    Acked: Connection._acked,
+    StoreMark: Connection._store_mark,
+    Dropped: Connection._dropped,
+    PublishWill: Connection._publish_will,
+    SetTimer: Connection._set_timer,
+    CancelTimer: Connection._cancel_timer,
+    Ended: Connection._ended_action,
+    LogEvent: Connection._log_event,
+}
+"""How ``execute`` runs each action type (one table for all connections)."""

@@ -195,7 +195,9 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         asyncio.create_task(_watch_meta(broker, broker.gossip, meta_ready, stop)),
         asyncio.create_task(_watch_registry(broker, broker.registry, stop)),
     ]
+    broker.registry_client.start()
     await asyncio.wait_for(store.connected.wait(), _READY_TIMEOUT)
+    await asyncio.wait_for(broker.registry_client.connected.wait(), _READY_TIMEOUT)
     await asyncio.wait_for(meta_ready.wait(), _READY_TIMEOUT)
 
     authorizer = _authorizer(config)
@@ -244,6 +246,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         await asyncio.wait_for(store.flush(), 5)
     for task in tasks:
         task.cancel()
+    await broker.registry_client.stop()
     await store.stop()
     await admin.stop(1)
     for chan in channels.values():

@@ -185,6 +185,7 @@ _STALE = AppendResult(AppendStatus.STALE_EPOCH)
 _QUEUE_FULL = AppendResult(AppendStatus.QUEUE_FULL)
 _STORE_ERROR = AppendResult(AppendStatus.STORE_ERROR)
 _OK = AppendStatus.OK
+_tuple_new = tuple.__new__
 
 
 def _append(t: Txn, op: Append) -> AppendResult:
@@ -199,18 +200,21 @@ def _append(t: Txn, op: Append) -> AppendResult:
     if meta.max_len and meta.count >= meta.max_len:
         return _QUEUE_FULL
     data = op.data
-    if t.refuse_append(len(data)):
+    size = len(data)
+    if t.full or t.refuse_append(size):
         return _STORE_ERROR
     seq = meta.last_seq + 1
     t.txn.put(ENTRIES, keys.entry(sess, seq), data)
     meta.last_seq = seq
     meta.count += 1
-    meta.size += len(data)
+    meta.size += size
     delta = t.delta
     delta.entries += 1
-    delta.bytes += len(data)
+    delta.bytes += size
     t.dirty.add(sess)
-    return AppendResult(_OK, seq)
+    # AppendResult(_OK, seq) without the Python-level NamedTuple __new__
+    result: AppendResult = _tuple_new(AppendResult, (_OK, seq))
+    return result
 
 
 def _ack(t: Txn, op: Ack) -> int:

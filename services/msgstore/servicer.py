@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from services.common import log
@@ -39,19 +39,33 @@ from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
 STREAM_INFLIGHT = 256
 
+# A batch handed to the committer: its appends, their (msg_id, qos) for message.queued
+# (empty when message events are off) and the future of its result.
+_Waiting = tuple[Sequence[Append], list[tuple[str, int]], "asyncio.Future[Result]"]
+
+
+_tuple_new = tuple.__new__
+
 
 def _sid(key: common_pb2.SessionKey) -> SessionId:
     return (key.mountpoint, key.client_id)
 
 
-def batch_from_pb(batch: msgstore_pb2.StoreBatch) -> WriteBatch:
-    """Raises ValueError for a mark kind this store does not know."""
-    appends = []
+def batch_from_pb(
+    batch: msgstore_pb2.StoreBatch, logged: list[tuple[str, int]] | None = None
+) -> WriteBatch:
+    """Raises ValueError for a mark kind this store does not know. With ``logged``, the
+    ``(msg_id, qos)`` of each append is added to it for ``message.queued`` (read here, in
+    the one pass over the parsed batch)."""
+    appends: list[Append] = []
     for a in batch.appends:  # the hot loop: one message per subscriber of a publish
         key = a.key
-        appends.append(
-            Append((key.mountpoint, key.client_id), a.epoch, a.delivery.SerializeToString())
-        )
+        delivery = a.delivery
+        # Append(...) without the NamedTuple's Python-level __new__
+        sid = (key.mountpoint, key.client_id)
+        appends.append(_tuple_new(Append, (sid, a.epoch, delivery.SerializeToString())))
+        if logged is not None:
+            logged.append((delivery.msg.msg_id, delivery.qos))
     return WriteBatch(
         batch.batch_id,
         tuple(appends),
@@ -86,18 +100,18 @@ def state_to_pb(state: QueueState) -> msgstore_pb2.QueueState:
     )
 
 
-def _log_queued(batch: msgstore_pb2.StoreBatch, result: BatchResult) -> None:
-    for append, res in zip(batch.appends, result.results, strict=True):
-        if res.status == AppendStatus.OK:
-            log.emit(
-                "message.queued",
-                msg_id=append.delivery.msg.msg_id,
-                client_id=append.key.client_id,
-                mountpoint=append.key.mountpoint,
-                seq=res.seq,
-                epoch=append.epoch,
-                qos=append.delivery.qos,
-            )
+_emit_queued = log.emitter("message.queued")  # one line per append: compiled, see log.emitter
+_OK = AppendStatus.OK
+
+
+def _log_queued(
+    appends: Sequence[Append], logged: list[tuple[str, int]], result: BatchResult
+) -> None:
+    for (sid, epoch, _data), (msg_id, qos), (status, seq) in zip(
+        appends, logged, result.results, strict=True
+    ):
+        if status == _OK:
+            _emit_queued(msg_id, sid[1], sid[0], seq, epoch, qos)
 
 
 class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
@@ -110,19 +124,18 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
     async def Stream(
         self, request_iterator: AsyncIterator[msgstore_pb2.StoreBatch], context: Any
     ) -> AsyncIterator[msgstore_pb2.StoreBatchResult]:
-        waiting: asyncio.Queue[tuple[msgstore_pb2.StoreBatch, asyncio.Future[Result]] | None]
-        waiting = asyncio.Queue()
+        waiting: asyncio.Queue[_Waiting | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self.inflight)
         reader = asyncio.create_task(self._read(request_iterator, waiting, slots))
         self.streams += 1
         try:
             while (item := await waiting.get()) is not None:
-                batch, future = item
+                appends, logged, future = item
                 result = await future
                 slots.release()
                 assert isinstance(result, BatchResult)
-                if log.message_events_enabled():
-                    _log_queued(batch, result)
+                if logged:
+                    _log_queued(appends, logged, result)
                 yield result_to_pb(result)
             await reader  # re-raises what ended the request stream, if it failed
         finally:
@@ -135,19 +148,22 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
     async def _read(
         self,
         requests: AsyncIterator[msgstore_pb2.StoreBatch],
-        waiting: asyncio.Queue[tuple[msgstore_pb2.StoreBatch, asyncio.Future[Result]] | None],
+        waiting: asyncio.Queue[_Waiting | None],
         slots: asyncio.Semaphore,
     ) -> None:
         try:
             async for batch in requests:
                 await slots.acquire()
+                logged: list[tuple[str, int]] = []
                 try:
-                    future = self.committer.submit(batch_from_pb(batch))
+                    job = batch_from_pb(batch, logged if log.message_events_enabled() else None)
+                    future = self.committer.submit(job)
+                    waiting.put_nowait((job.appends, logged, future))
                 except ValueError as exc:  # refused before it reaches the store
                     future = asyncio.get_running_loop().create_future()
                     refused = [AppendResult(AppendStatus.STORE_ERROR)] * len(batch.appends)
                     future.set_result(BatchResult(batch.batch_id, refused, f"invalid batch: {exc}"))
-                waiting.put_nowait((batch, future))
+                    waiting.put_nowait(((), [], future))
         finally:
             waiting.put_nowait(None)
 

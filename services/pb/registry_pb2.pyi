@@ -46,26 +46,60 @@ class RegisterReply(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_present: _Optional[bool] = ..., reason: _Optional[str] = ..., reason_code: _Optional[int] = ..., persistent: _Optional[bool] = ...) -> None: ...
 
 class DisconnectedRequest(_message.Message):
-    __slots__ = ("key", "epoch", "listener_id", "session_expiry", "reason", "taken_over")
+    __slots__ = ("key", "epoch", "listener_id", "session_expiry", "reason", "taken_over", "no_subscriptions")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_EXPIRY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     TAKEN_OVER_FIELD_NUMBER: _ClassVar[int]
+    NO_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     listener_id: str
     session_expiry: int
     reason: str
     taken_over: bool
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., listener_id: _Optional[str] = ..., session_expiry: _Optional[int] = ..., reason: _Optional[str] = ..., taken_over: _Optional[bool] = ...) -> None: ...
+    no_subscriptions: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., listener_id: _Optional[str] = ..., session_expiry: _Optional[int] = ..., reason: _Optional[str] = ..., taken_over: _Optional[bool] = ..., no_subscriptions: _Optional[bool] = ...) -> None: ...
 
 class DisconnectedReply(_message.Message):
     __slots__ = ("ok",)
     OK_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     def __init__(self, ok: _Optional[bool] = ...) -> None: ...
+
+class ConnectionOp(_message.Message):
+    __slots__ = ("id", "register", "disconnected")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECTED_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    register: RegisterRequest
+    disconnected: DisconnectedRequest
+    def __init__(self, id: _Optional[int] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., disconnected: _Optional[_Union[DisconnectedRequest, _Mapping]] = ...) -> None: ...
+
+class ConnectionOps(_message.Message):
+    __slots__ = ("ops",)
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[ConnectionOp]
+    def __init__(self, ops: _Optional[_Iterable[_Union[ConnectionOp, _Mapping]]] = ...) -> None: ...
+
+class ConnectionResult(_message.Message):
+    __slots__ = ("id", "register", "disconnected")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECTED_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    register: RegisterReply
+    disconnected: DisconnectedReply
+    def __init__(self, id: _Optional[int] = ..., register: _Optional[_Union[RegisterReply, _Mapping]] = ..., disconnected: _Optional[_Union[DisconnectedReply, _Mapping]] = ...) -> None: ...
+
+class ConnectionResults(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ConnectionResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ConnectionResult, _Mapping]]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("listener_id", "node")
@@ -104,7 +138,7 @@ class SessionsRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
-    __slots__ = ("key", "node", "listener_id", "online", "epoch", "session_expiry", "connected_us", "disconnected_us", "peer", "username", "proto_ver", "persistent")
+    __slots__ = ("key", "node", "listener_id", "online", "epoch", "session_expiry", "connected_us", "disconnected_us", "peer", "username", "proto_ver", "persistent", "queued")
     KEY_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +151,7 @@ class SessionInfo(_message.Message):
     USERNAME_FIELD_NUMBER: _ClassVar[int]
     PROTO_VER_FIELD_NUMBER: _ClassVar[int]
     PERSISTENT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     node: str
     listener_id: str
@@ -129,7 +164,8 @@ class SessionInfo(_message.Message):
     username: str
     proto_ver: int
     persistent: bool
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., online: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_expiry: _Optional[int] = ..., connected_us: _Optional[int] = ..., disconnected_us: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., proto_ver: _Optional[int] = ..., persistent: _Optional[bool] = ...) -> None: ...
+    queued: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., online: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_expiry: _Optional[int] = ..., connected_us: _Optional[int] = ..., disconnected_us: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., proto_ver: _Optional[int] = ..., persistent: _Optional[bool] = ..., queued: _Optional[bool] = ...) -> None: ...
 
 class SessionsReply(_message.Message):
     __slots__ = ("sessions",)

@@ -44,6 +44,11 @@ class RegistryStub:
                 request_serializer=services_dot_pb_dot_registry__pb2.DisconnectedRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_registry__pb2.DisconnectedReply.FromString,
                 _registered_method=True)
+        self.Connections = channel.stream_stream(
+                '/ternmq.registry.Registry/Connections',
+                request_serializer=services_dot_pb_dot_registry__pb2.ConnectionOps.SerializeToString,
+                response_deserializer=services_dot_pb_dot_registry__pb2.ConnectionResults.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/ternmq.registry.Registry/Watch',
                 request_serializer=services_dot_pb_dot_registry__pb2.WatchRequest.SerializeToString,
@@ -68,6 +73,15 @@ class RegistryServicer:
 
     def Disconnected(self, request, context):
         """A listener reports that a connection ended (session offline or gone).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Connections(self, request_iterator, context):
+        """The same two calls in batches over one long-lived stream per listener process: the hot
+        path for connects. Each op carries an id chosen by the listener; results come back
+        batched, in completion order (a registration may wait for a takeover).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -98,6 +112,11 @@ def add_RegistryServicer_to_server(servicer, server):
                     servicer.Disconnected,
                     request_deserializer=services_dot_pb_dot_registry__pb2.DisconnectedRequest.FromString,
                     response_serializer=services_dot_pb_dot_registry__pb2.DisconnectedReply.SerializeToString,
+            ),
+            'Connections': grpc.stream_stream_rpc_method_handler(
+                    servicer.Connections,
+                    request_deserializer=services_dot_pb_dot_registry__pb2.ConnectionOps.FromString,
+                    response_serializer=services_dot_pb_dot_registry__pb2.ConnectionResults.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -164,6 +183,33 @@ class Registry:
             '/ternmq.registry.Registry/Disconnected',
             services_dot_pb_dot_registry__pb2.DisconnectedRequest.SerializeToString,
             services_dot_pb_dot_registry__pb2.DisconnectedReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Connections(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ternmq.registry.Registry/Connections',
+            services_dot_pb_dot_registry__pb2.ConnectionOps.SerializeToString,
+            services_dot_pb_dot_registry__pb2.ConnectionResults.FromString,
             options,
             channel_credentials,
             insecure,

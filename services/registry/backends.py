@@ -8,6 +8,7 @@ turns into a refused CONNECT or a later retry — never a crash.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from services.common import log
 from services.common.grpcutil import CHANNEL_OPTIONS
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
 from services.registry.leadership import SessionKey
-from services.registry.records import pb_key
+from services.registry.records import SUBS_PREFIX, pb_key
 from services.registry.sessions import DeleteQueue, OpenQueue
 
 T = TypeVar("T")
@@ -118,6 +119,41 @@ class Backends:
 
     async def put_meta(self, ops: list[gossip_pb2.MetaOp]) -> None:
         await self._call("gossip", "Put", self.gossip.Put, gossip_pb2.PutRequest(ops=ops))
+
+    async def subs_owners(self) -> dict[bytes, str]:
+        """Every ``subs`` key in gossip and the node its record names (one snapshot)."""
+        owners: dict[bytes, str] = {}
+        call = self.gossip.Watch(
+            gossip_pb2.WatchRequest(prefixes=[SUBS_PREFIX]), wait_for_ready=True
+        )
+        try:
+            async with asyncio.timeout(self.timeout):
+                async for event in call:
+                    for update in event.updates:
+                        if update.deleted:
+                            owners.pop(update.key, None)
+                        else:
+                            record = gossip_pb2.SubscriberRecord.FromString(update.value)
+                            owners[update.key] = record.node
+                    if event.snapshot_done:
+                        return owners
+        except grpc.aio.AioRpcError as exc:
+            err = BackendError("gossip", "Watch", exc.code().name, exc.details() or "")
+        except TimeoutError:
+            err = BackendError("gossip", "Watch", "DEADLINE_EXCEEDED", "no snapshot in time")
+        else:
+            err = BackendError("gossip", "Watch", "STREAM_ENDED", "no snapshot_done")
+        finally:
+            call.cancel()
+        log.emit(
+            "rpc.failed",
+            "warning",
+            target="gossip",
+            method="Watch",
+            code=err.code,
+            reason=err.reason,
+        )
+        raise err
 
     async def close(self) -> None:
         await self._msgstore_channel.close(None)

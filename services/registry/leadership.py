@@ -71,6 +71,8 @@ class Decision:
 
 def decide(view: View, key: SessionKey, allow_netsplit: bool = False) -> Decision:
     """Whether this node may register, take over or expire ``key`` now."""
+    if view.members == view.live == {view.self_node}:
+        return Decision(view.self_node, True, "")  # alone: no hashing on the connect path
     live = [m for m in ring(key, view.members) if m in view.live]
     if not live:
         return Decision(None, False, "no live member")

@@ -36,6 +36,7 @@ def to_info(s: Session) -> registry_pb2.SessionInfo:
         username=s.username,
         proto_ver=s.proto_ver,
         persistent=s.persistent,
+        queued=s.queued,
     )
 
 
@@ -52,6 +53,7 @@ def from_info(info: registry_pb2.SessionInfo) -> Session:
         disconnected_us=info.disconnected_us,
         peer=info.peer,
         username=info.username,
+        queued=info.queued,
     )
 
 
@@ -79,3 +81,8 @@ def directory_ops(
     if drop_subs:
         ops.append(gossip_pb2.MetaOp(prefix=SUBS_PREFIX, key=mk, delete=True))
     return ops
+
+
+def subs_ops(keys: list[SessionKey]) -> list[gossip_pb2.MetaOp]:
+    """Gossip deletes of these sessions' subscriptions (for sessions with no record)."""
+    return [gossip_pb2.MetaOp(prefix=SUBS_PREFIX, key=key_bytes(k), delete=True) for k in keys]

@@ -7,16 +7,19 @@ table: a Register holding it may be waiting for exactly that Disconnected (the a
 its takeover). Cleanup I/O after a Disconnected or an expiry does take the lock and
 re-checks the epoch, so it can never delete what a newer registration just created.
 
-Every change reaches the disk (:class:`services.registry.store.Journal`) before the RPC
-that caused it answers, and an epoch is reserved on disk before it leaves the process.
+Every change to a durable session reaches the disk (:class:`services.registry.store.Journal`)
+before the RPC that caused it answers, and an epoch is reserved on disk before it leaves
+the process. A clean session that replaces nothing costs no I/O at all (no queue, no
+directory record, no journal write): see :meth:`services.registry.sessions.Plan.steps`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections import deque
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 
 from services.common import log
@@ -25,7 +28,7 @@ from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
 from services.registry.config import RegistryConfig
 from services.registry.leadership import SessionKey, View, decide, replicas
-from services.registry.records import directory_ops, pb_key
+from services.registry.records import directory_ops, pb_key, subs_ops
 from services.registry.sessions import (
     US,
     Connect,
@@ -66,22 +69,57 @@ class RegisterResult:
 
 
 class KeyedLocks:
-    """One FIFO lock per session key, dropped when nobody holds or waits for it."""
+    """One FIFO lock per session key, kept only while somebody holds or waits for it.
+
+    Hand-rolled rather than an ``asyncio.Lock`` per key: every CONNECT takes one, and an
+    uncontended acquire here is a dict insert, not a lock object and a context manager.
+    """
 
     def __init__(self) -> None:
-        self._locks: dict[SessionKey, tuple[asyncio.Lock, list[int]]] = {}
+        # key -> the waiters behind the current holder (present while the key is held)
+        self._held: dict[SessionKey, deque[asyncio.Future[None]]] = {}
 
-    @asynccontextmanager
-    async def hold(self, key: SessionKey) -> AsyncIterator[None]:
-        entry = self._locks.setdefault(key, (asyncio.Lock(), [0]))
-        entry[1][0] += 1
+    def hold(self, key: SessionKey) -> _Held:
+        return _Held(self, key)
+
+    async def _acquire(self, key: SessionKey) -> None:
+        waiters = self._held.get(key)
+        if waiters is None:
+            self._held[key] = deque()
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(fut)
         try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1][0] -= 1
-            if entry[1][0] == 0:
-                del self._locks[key]
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._release(key)  # we were handed the lock as we were cancelled: pass it on
+            else:
+                waiters.remove(fut)
+            raise
+
+    def _release(self, key: SessionKey) -> None:
+        waiters = self._held[key]
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # ownership passes directly to the next waiter
+                return
+        del self._held[key]
+
+
+class _Held:
+    __slots__ = ("key", "locks")
+
+    def __init__(self, locks: KeyedLocks, key: SessionKey) -> None:
+        self.locks = locks
+        self.key = key
+
+    async def __aenter__(self) -> None:
+        await self.locks._acquire(self.key)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.locks._release(self.key)
 
 
 class Registrar:
@@ -122,14 +160,16 @@ class Registrar:
 
     # -- registration -------------------------------------------------------------
 
-    async def register(self, c: Connect) -> RegisterResult:
+    async def register(self, c: Connect, shield: bool = True) -> RegisterResult:
+        """``shield``: once begun, a registration completes even if the caller is cancelled
+        (a unary RPC whose client went away), so the table never stops half-way between a
+        takeover and its commit. A caller that is never cancelled passes False and saves
+        the extra task."""
         decision = decide(self.view, c.key, self.cfg.allow_register_during_netsplit)
         if not decision.act:
             self._registrations.labels("refused").inc()
             return RegisterResult(False, reason=decision.reason, reason_code=RC_SERVER_UNAVAILABLE)
-        # Shielded: once begun, a registration completes even if the caller goes away, so
-        # the table never stops half-way between a takeover and its commit.
-        result = await asyncio.shield(self._register(c))
+        result = await (asyncio.shield(self._register(c)) if shield else self._register(c))
         self._registrations.labels("ok" if result.ok else "failed").inc()
         return result
 
@@ -179,6 +219,8 @@ class Registrar:
         await self.backends.put_meta(self._directory_ops(step))
 
     def _directory_ops(self, step: PublishSession) -> list[gossip_pb2.MetaOp]:
+        if not step.directory:
+            return subs_ops([step.key])
         owner = step.session.node if step.session is not None else self.cfg.node
         nodes = replicas(step.key, owner, self.view.members, self.cfg.replication_factor)
         return directory_ops(step.key, step.session, step.drop_subs, nodes)
@@ -238,8 +280,13 @@ class Registrar:
 
     # -- disconnection and expiry -------------------------------------------------
 
-    async def disconnected(self, key: SessionKey, epoch: int, session_expiry: int | None) -> bool:
+    async def disconnected(
+        self, key: SessionKey, epoch: int, session_expiry: int | None, drop_subs: bool = True
+    ) -> bool:
         """Record that the connection of ``epoch`` ended; False when the report is stale.
+
+        ``drop_subs`` False: the listener says the connection never subscribed, so a session
+        ending with it has no subscriptions to delete.
 
         A persistent session's queue gets its offline limit *before* the session is marked
         offline, so whoever sees it offline (``session show``, a publisher's next message)
@@ -258,6 +305,8 @@ class Registrar:
         session = self.table.disconnected(key, epoch, session_expiry, self.clock())
         if session is None:
             self._stale.inc()
+            if drop_subs and self.table.get(key) is None:
+                await self._drop_unknown_subs(key)
             return False
         waiter = self._waiters.pop((key, epoch), None)
         if waiter is not None:
@@ -272,8 +321,20 @@ class Registrar:
             await self._publish_offline(session)
         else:
             with suppress(BackendError):  # logged; the expiry timer tries again
-                await self._end(session, "session ended")
+                await self._end(session, "session ended", drop_subs)
         return True
+
+    async def _drop_unknown_subs(self, key: SessionKey) -> None:
+        """A connection the table never knew ended (it registered before a registry
+        restart, and clean sessions are not on disk): its subscriptions go, unless a new
+        registration of the id got in first."""
+        if not decide(self.view, key, self.cfg.allow_register_during_netsplit).act:
+            return
+        async with self._locks.hold(key):
+            if self.table.get(key) is not None:
+                return
+            with suppress(BackendError):  # logged; dropped at the next restart's reconcile
+                await self.backends.put_meta(subs_ops([key]))
 
     async def _publish_offline(self, session: Session) -> None:
         async with self._locks.hold(session.key):
@@ -284,7 +345,7 @@ class Registrar:
             with suppress(BackendError):
                 await self._publish(PublishSession(current.key, current, drop_subs=False))
 
-    async def _end(self, session: Session, reason: str) -> bool:
+    async def _end(self, session: Session, reason: str, drop_subs: bool = True) -> bool:
         """Delete an offline session's queue, subscriptions and record, then forget it.
 
         False when the session was replaced or came back meanwhile. On a BackendError the
@@ -295,7 +356,7 @@ class Registrar:
             if current is None or current.epoch != session.epoch or current.online:
                 return False  # replaced or back online meanwhile
             try:
-                for step in end_steps(current, reason):
+                for step in end_steps(current, reason, drop_subs):
                     await self._execute(step)
             except BackendError:
                 self.table.retry_at(current, self.clock() + RETRY_US)
@@ -350,6 +411,7 @@ class Registrar:
         self.reserved = reserved
         self.table.raise_epoch(reserved)
         recovered = self.table.load(sessions, self.clock())
+        await self._drop_orphan_subs()
         if not recovered:
             return
         await self.journal.sync(*(s.key for s in recovered))
@@ -369,6 +431,34 @@ class Registrar:
                 )
             except BackendError:
                 return  # logged; the msgstore is not up, the limit is set at the next change
+
+    async def _drop_orphan_subs(self) -> None:
+        """Delete the subscriptions of this node's sessions that the table does not hold.
+
+        Clean sessions are not on disk, so after a restart the table cannot end them; their
+        connections are gone (or about to be dropped by their listeners), and a client id
+        that registers again must start without them. Only keys this registry leads and
+        whose record names this node are touched: other nodes' sessions are theirs.
+        """
+        try:
+            owners = await self.backends.subs_owners()
+        except BackendError:
+            return  # logged; gossip is not up, the next restart tries again
+        orphans = []
+        for raw, node in owners.items():
+            mountpoint, _, client_id = raw.decode().partition("\0")
+            key = (mountpoint, client_id)
+            if (
+                node == self.cfg.node
+                and self.table.get(key) is None
+                and decide(self.view, key, self.cfg.allow_register_during_netsplit).act
+            ):
+                orphans.append(key)
+        for start in range(0, len(orphans), RECOVERY_BATCH):
+            try:
+                await self.backends.put_meta(subs_ops(orphans[start : start + RECOVERY_BATCH]))
+            except BackendError:
+                return  # logged
 
     def details(self) -> dict[str, object]:
         return {

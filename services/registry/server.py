@@ -39,7 +39,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             max_online_len=cfg.max_online_len,
         )
     )
-    journal = Journal(store, table.get)
+    journal = Journal(store, table.get, (s.key for s in sessions))
     backends = Backends(
         service_address(config, "msgstore"), service_address(config, "gossip"), cfg.rpc_timeout
     )

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from services.common import log
 from services.pb import registry_pb2, registry_pb2_grpc
 from services.registry.records import from_pb_key, to_info
-from services.registry.registrar import RC_CLIENT_ID_INVALID, Registrar
+from services.registry.registrar import RC_CLIENT_ID_INVALID, RC_UNSPECIFIED, Registrar
 from services.registry.sessions import Connect
 from services.registry.watchers import WatchHub
 
 MAX_LISTED = 100_000  # Sessions with limit 0 lists at most this many
+RESULTS_WINDOW = 0.001  # s: Connections results leave at most this soon after the last batch
 
 
 class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc]
     def __init__(self, registrar: Registrar, hub: WatchHub) -> None:
         self.registrar = registrar
         self.hub = hub
+        self._tasks: set[asyncio.Task[None]] = set()  # Connections ops still running
 
     async def Register(
         self, request: registry_pb2.RegisterRequest, context: Any
@@ -42,6 +47,11 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         ``reason_code`` is the MQTT 5 CONNACK reason (0x88 server unavailable when the
         msgstore or gossip did not answer; 3.1.1 listeners send return code 3).
         """
+        return await self._register(request, shield=True)
+
+    async def _register(
+        self, request: registry_pb2.RegisterRequest, shield: bool
+    ) -> registry_pb2.RegisterReply:
         if not request.key.client_id:
             return registry_pb2.RegisterReply(
                 ok=False, reason="empty client id", reason_code=RC_CLIENT_ID_INVALID
@@ -49,15 +59,17 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         result = await self.registrar.register(
             Connect(
                 key=from_pb_key(request.key),
-                node=request.node or self.registrar.cfg.node,
-                listener_id=request.listener_id,
+                # a handful of distinct values shared by every session: one copy each
+                node=sys.intern(request.node or self.registrar.cfg.node),
+                listener_id=sys.intern(request.listener_id),
                 clean_start=request.clean_start,
                 session_expiry=request.session_expiry,
                 proto_ver=request.proto_ver,
                 peer=request.peer,
                 username=request.username,
                 max_offline_messages=request.max_offline_messages,
-            )
+            ),
+            shield,
         )
         return registry_pb2.RegisterReply(
             ok=result.ok,
@@ -81,9 +93,89 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         waiting for it. ``ok`` is false when the report was stale.
         """
         ok = await self.registrar.disconnected(
-            from_pb_key(request.key), request.epoch, request.session_expiry
+            from_pb_key(request.key),
+            request.epoch,
+            request.session_expiry,
+            drop_subs=not request.no_subscriptions,
         )
         return registry_pb2.DisconnectedReply(ok=ok)
+
+    async def Connections(
+        self, request_iterator: AsyncIterator[registry_pb2.ConnectionOps], context: Any
+    ) -> AsyncIterator[registry_pb2.ConnectionResults]:
+        """Register and Disconnected in batches, for a listener's connect path.
+
+        Each op runs as its own task (a registration may wait for a takeover while others
+        complete); results are sent in batches, whatever finished since the last write. An
+        op that fails unexpectedly is logged and answered as failed, so the listener never
+        waits for an answer that cannot come.
+        """
+        await context.send_initial_metadata(())  # the listener knows the stream is up
+        finished: list[registry_pb2.ConnectionResult] = []
+        wake = asyncio.Event()
+
+        def done(result: registry_pb2.ConnectionResult) -> None:
+            finished.append(result)
+            wake.set()
+
+        async def read() -> None:
+            async for batch in request_iterator:
+                for op in batch.ops:
+                    task = asyncio.create_task(self._run_op(op, context, done))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+            wake.set()
+
+        reader = asyncio.create_task(read())
+        loop = asyncio.get_running_loop()
+        last = 0.0
+        try:
+            while True:
+                await wake.wait()
+                early = last + RESULTS_WINDOW - loop.time()
+                if early > 0:  # busy: the last batch left moments ago, let this one fill
+                    await asyncio.sleep(early)
+                wake.clear()
+                last = loop.time()
+                if finished:
+                    out = registry_pb2.ConnectionResults(results=finished)
+                    finished.clear()
+                    yield out
+                if reader.done():
+                    reader.result()  # the stream failed: end this call with its error
+                    return  # the listener closed its side; ops still running are unanswered
+        finally:
+            reader.cancel()
+
+    async def _run_op(
+        self,
+        op: registry_pb2.ConnectionOp,
+        context: Any,
+        done: Callable[[registry_pb2.ConnectionResult], None],
+    ) -> None:
+        result = registry_pb2.ConnectionResult(id=op.id)
+        kind = op.WhichOneof("op")
+        try:
+            if kind == "register":
+                # _run_op tasks are never cancelled by the stream's end: no shield needed
+                result.register.CopyFrom(await self._register(op.register, shield=False))
+            elif kind == "disconnected":
+                result.disconnected.CopyFrom(await self.Disconnected(op.disconnected, context))
+        except Exception as exc:  # answered as failed below; logged, not hidden
+            log.emit(
+                "rpc.failed",
+                "error",
+                target="registry",
+                method=f"Connections.{kind}",
+                code="INTERNAL",
+                reason=repr(exc),
+            )
+            if kind == "register":
+                result.register.reason = f"internal error: {exc!r}"
+                result.register.reason_code = RC_UNSPECIFIED
+            else:
+                result.disconnected.ok = False
+        done(result)
 
     async def Watch(
         self, request: registry_pb2.WatchRequest, context: Any

@@ -83,10 +83,18 @@ class Session:
     peer: str = ""
     username: str = ""
     recovered: bool = False  # marked offline by a registry restart, not by its listener
+    queued: bool = False  # has a queue in the msgstore (persistent, or resumed one)
 
     @property
     def persistent(self) -> bool:
         return self.session_expiry > 0
+
+    @property
+    def durable(self) -> bool:
+        """Kept on disk and in the session directory. A clean session without a queue is
+        neither: it cannot outlive a registry restart (listeners drop their connections
+        when the registry comes back), so writing it down would buy nothing."""
+        return self.queued or self.session_expiry > 0
 
     @property
     def expires_at_us(self) -> int | None:
@@ -151,6 +159,7 @@ class PublishSession:
     key: SessionKey
     session: Session | None
     drop_subs: bool
+    directory: bool = True  # False: only the subscriptions (no record was ever written)
 
 
 Step = NotifyTakeover | OpenQueue | DeleteQueue | PublishSession
@@ -176,29 +185,44 @@ class Plan:
     def steps(self) -> list[Step]:
         """Takeover first (the old connection flushes), then the queue, then the directory.
 
-        Without a present session the old state is wiped: the queue is opened clean (or
-        deleted) and the subscriptions dropped, also when the table knew no session, so an
-        orphan left by a failed cleanup cannot leak into a new one.
+        Without a present session the old state is wiped: the queue is opened clean (or the
+        old one deleted) and the subscriptions dropped. A clean session replacing nothing
+        needs no step at all, which is what makes a plain CONNECT cheap: no subscriptions
+        or queue can exist for an id the table does not hold (sessions end through
+        :func:`end_steps`, and a registry restart first drops the subscriptions of every
+        session it does not know).
         """
         s = self.session
+        prev = self.previous
         out: list[Step] = []
         old = self.takeover
         if old is not None:
             out.append(NotifyTakeover(old.listener_id, s.key, old.epoch, s.epoch, s.node))
         if self.keeps_queue:
             out.append(OpenQueue(s.key, s.epoch, not self.session_present, self.max_len))
-        else:
+        elif prev is not None and prev.queued:
             out.append(DeleteQueue(s.key, s.epoch, "clean start"))
-        out.append(PublishSession(s.key, s, drop_subs=not self.session_present))
+        if s.durable:
+            out.append(PublishSession(s.key, s, drop_subs=not self.session_present))
+        elif prev is not None:
+            out.append(PublishSession(s.key, None, drop_subs=True, directory=prev.durable))
         return out
 
 
-def end_steps(session: Session, reason: str) -> list[Step]:
-    """Forgetting a session: its queue, its subscriptions and its directory record go."""
-    return [
-        DeleteQueue(session.key, session.epoch, reason),
-        PublishSession(session.key, None, drop_subs=True),
-    ]
+def end_steps(session: Session, reason: str, drop_subs: bool = True) -> list[Step]:
+    """Forgetting a session: its queue, its subscriptions and its directory record go.
+
+    ``drop_subs`` False (the listener reported the connection never subscribed) skips the
+    subscriptions of a session that is not durable; a durable one always drops them.
+    """
+    out: list[Step] = []
+    if session.queued:
+        out.append(DeleteQueue(session.key, session.epoch, reason))
+    if session.durable:
+        out.append(PublishSession(session.key, None, drop_subs=True))
+    elif drop_subs:
+        out.append(PublishSession(session.key, None, drop_subs=True, directory=False))
+    return out
 
 
 class SessionTable:
@@ -254,17 +278,19 @@ class SessionTable:
         resumable = prev is not None and prev.persistent and not prev.expired(now_us)
         present = resumable and not c.clean_start
         self.epoch = max(self.epoch, prev.epoch if prev else 0) + 1
+        expiry = self.policy.expiry(c.proto_ver, c.session_expiry)
         session = Session(
             key=c.key,
             epoch=self.epoch,
             online=True,
             node=c.node,
             listener_id=c.listener_id,
-            session_expiry=self.policy.expiry(c.proto_ver, c.session_expiry),
+            session_expiry=expiry,
             proto_ver=c.proto_ver,
             connected_us=now_us,
             peer=c.peer,
             username=c.username,
+            queued=expiry > 0 or present,
         )
         return Plan(session, prev, present, self.policy.max_online_len)
 

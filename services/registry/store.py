@@ -1,8 +1,11 @@
 """The registry's durable session table: LMDB, fsynced group commits.
 
 Why: epochs must never go backwards, across a SIGKILL too, and persistent sessions must
-outlive the process. Every change is written through before the RPC that caused it
-answers. :class:`Journal` gathers the changes of concurrent RPCs into one LMDB write
+outlive the process. Every change to a durable session (``Session.durable``: persistent, or
+holding a queue) is written through before the RPC that caused it answers. A clean session
+is never written: it cannot outlive a registry restart anyway (the listeners drop their
+connections when the registry comes back), so a plain CONNECT costs no fsync.
+:class:`Journal` gathers the changes of concurrent RPCs into one LMDB write
 transaction (one fsync) run in a worker thread, so a burst of CONNECTs costs a few fsyncs,
 not one each, and the event loop never blocks on the disk.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,9 +122,15 @@ class Journal:
     keeps the disk equal to the table whatever order concurrent RPCs change one key in.
     """
 
-    def __init__(self, store: SessionStore, lookup: Callable[[SessionKey], Session | None]) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        lookup: Callable[[SessionKey], Session | None],
+        on_disk: Iterable[SessionKey] = (),
+    ) -> None:
         self._store = store
         self._lookup = lookup
+        self._on_disk: set[SessionKey] = set(on_disk)  # keys with a record in the store
         self._dirty: set[SessionKey] = set()
         self._reserve = 0  # epoch reservation to write, 0 = unchanged
         self._waiters: list[asyncio.Future[None]] = []
@@ -130,15 +139,26 @@ class Journal:
         self._task = asyncio.create_task(self._run(), name="registry-journal")
 
     async def sync(self, *keys: SessionKey, reserve: int = 0) -> None:
-        """Make the current state of ``keys`` (and an epoch reservation) durable."""
+        """Make the current state of ``keys`` (and an epoch reservation) durable.
+
+        Returns at once when there is nothing to write: the keys' sessions are not durable
+        and the store holds no record of them.
+        """
         if self._closed:
             raise StoreError("the session table is closed")
+        keys = tuple(k for k in keys if k in self._on_disk or self._durable(k))
+        if not keys and not reserve:
+            return
         self._dirty.update(keys)
         self._reserve = max(self._reserve, reserve)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         self._wake.set()
         await fut
+
+    def _durable(self, key: SessionKey) -> bool:
+        session = self._lookup(key)
+        return session is not None and session.durable
 
     async def _run(self) -> None:
         while not self._closed or self._waiters:
@@ -152,9 +172,15 @@ class Journal:
         waiters, self._waiters = self._waiters, []
         reserve, self._reserve = self._reserve, 0
         ops: list[Op] = []
+        written: list[tuple[SessionKey, bool]] = []
         for key in keys:
             session = self._lookup(key)
-            ops.append(Delete(key) if session is None else Put(session))
+            if session is None or not session.durable:
+                ops.append(Delete(key))  # a record that no longer says anything true
+                written.append((key, False))
+            else:
+                ops.append(Put(session))
+                written.append((key, True))
         if reserve:
             ops.append(Reserve(reserve))
         try:
@@ -167,6 +193,11 @@ class Journal:
                 if not fut.done():
                     fut.set_exception(error)
             return
+        for key, stored in written:
+            if stored:
+                self._on_disk.add(key)
+            else:
+                self._on_disk.discard(key)
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)

@@ -9,8 +9,10 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
+from services.pb import gossip_pb2, gossip_pb2_grpc
 from tests.support.clients import Client, mosquitto_pub, mosquitto_sub_once
 from tests.support.node import make_node, wait_for
 
@@ -126,5 +128,49 @@ def test_killing_one_service_loses_nothing_acknowledged(tmp_path: Path, service:
         assert sorted(set(got)) == list(range(200))
         crashed = list(node.events("service.crashed"))
         assert any(e["child"] == service for e in crashed)
+    finally:
+        node.stop()
+
+
+def test_a_clean_session_does_not_inherit_subscriptions_across_a_node_kill(
+    tmp_path: Path,
+) -> None:
+    """Clean sessions are not written to the registry's disk; after a SIGKILL the restarted
+    registry must still drop their subscriptions from gossip, or the routing table would
+    keep matching a session that no longer exists (and a client id reconnecting on another
+    node would inherit filters it never subscribed to)."""
+    node = make_node(tmp_path / "n")
+    node.start()
+    port = node.mqtt_port
+    try:
+        old = Client("orphan", port).connect()
+        old.subscribe("orphan/t", 1)
+        keeper = Client("orphan-keeper", port, clean=False).connect()
+        keeper.subscribe("orphan/t", 1)
+        keeper.disconnect()
+        node.kill()
+        old.disconnect()  # its socket is gone; stop paho reconnecting
+        node.start()
+        # what the restarted registry found in gossip for the ended clean session: nothing
+        with grpc.insecure_channel(f"unix:{node.data_dir}/run/gossip.sock") as channel:
+            reply = gossip_pb2_grpc.GossipStub(channel).Get(
+                gossip_pb2.GetRequest(prefix="subs", key=b"\0orphan"), timeout=10
+            )
+        assert not reply.found
+        pub = Client("orphan-pub", port).connect()
+        pub.publish("orphan/t", b"after", qos=1, tag=1)
+        wait_for(lambda: pub.acked == [1], 15, what="the PUBACK")
+        # the persistent session kept its subscription: the message was routed
+        keeper2 = Client("orphan-keeper", port, clean=False).connect()
+        assert [m.payload for m in keeper2.take(1)] == [b"after"]
+        for c in (pub, keeper2):
+            c.disconnect()
+        node.stop()
+        targets = {
+            e["client_id"]
+            for name in ("message.queued", "message.dropped", "message.delivered")
+            for e in node.events(name)
+        }
+        assert "orphan" not in targets and "orphan-keeper" in targets
     finally:
         node.stop()

@@ -51,6 +51,7 @@ class CallLog:
     entries: list[tuple[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     fail_open: bool = False
+    subs: dict[bytes, str] = field(default_factory=dict)  # gossip's subs: key -> owner node
 
     def add(self, name: str, request: Any) -> None:
         with self.lock:
@@ -92,6 +93,18 @@ class FakeGossip(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         for op in request.ops:
             self.calls.add("Put", op)
         return gossip_pb2.PutReply(applied=len(request.ops))
+
+    def Watch(self, request: Any, context: Any) -> Any:
+        """The snapshot of the preloaded ``subs`` (the registry reads it at start-up)."""
+        self.calls.add("Watch", request)
+        updates = [
+            gossip_pb2.MetaUpdate(
+                prefix="subs", key=k, value=gossip_pb2.SubscriberRecord(node=n).SerializeToString()
+            )
+            for k, n in self.calls.subs.items()
+            if "subs" in request.prefixes
+        ]
+        yield gossip_pb2.WatchEvent(updates=updates, snapshot_done=True)
 
 
 def meta_key(cid: str, mp: str = "") -> bytes:
@@ -383,14 +396,19 @@ def test_takeover_goes_ahead_when_the_old_listener_never_answers(
 def test_clean_sessions_end_and_persistent_ones_expire(make_node: Callable[..., Node]) -> None:
     node = make_node()
     w = node.watch("L1")
+    before = len(node.calls.entries)
     clean = node.register("c2", proto_ver=5, session_expiry=0, clean_start=True)
     assert clean.ok and not clean.persistent and not clean.session_present
-    (delete,) = node.calls.of("Delete")
-    assert delete.key.client_id == "c2" and delete.epoch == clean.epoch
+    assert node.session("c2").online
+    # a clean session replacing nothing costs no queue, directory or subscription call
+    assert len(node.calls.entries) == before
     assert node.disconnected("c2", clean.epoch, session_expiry=0)
     assert node.session("c2") is None
-    assert len(node.calls.of("Delete")) == 2 and session_records(node.calls, "c2")[-1] is None
-    assert subs_deleted(node.calls, "c2") == 2
+    # it may have subscribed (no_subscriptions not set): only its subscriptions go
+    assert node.calls.names()[before:] == ["Put"] and subs_deleted(node.calls, "c2") == 1
+    quiet = node.register("c2b", proto_ver=4, session_expiry=0, clean_start=True)
+    assert node.disconnected("c2b", quiet.epoch, no_subscriptions=True)
+    assert node.session("c2b") is None and len(node.calls.entries) == before + 1
 
     short = node.register("c3", proto_ver=5, session_expiry=1)
     assert short.ok and short.persistent
@@ -404,6 +422,89 @@ def test_clean_sessions_end_and_persistent_ones_expire(make_node: Callable[..., 
     assert session_records(node.calls, "c3")[-1] is None
     (event,) = wait_for(lambda: node.events("session.expired"), "the session.expired event")
     assert event["client_id"] == "c3"
+
+
+def test_a_restart_drops_the_subscriptions_of_sessions_it_does_not_know(
+    make_node: Callable[..., Node],
+) -> None:
+    """Clean sessions are not on disk: after a restart their subscriptions are orphans."""
+    node = make_node()
+    kept = node.register("p1")  # persistent: on disk, keeps its subscriptions
+    clean = node.register("c8", proto_ver=4, session_expiry=0, clean_start=True)
+    assert kept.ok and clean.ok
+    node.calls.subs.update(
+        {meta_key("p1"): "t1@127.0.0.1", meta_key("c8"): "t1@127.0.0.1", meta_key("x"): "other"}
+    )
+    node.kill()
+    node.start()
+    assert subs_deleted(node.calls, "c8") == 1
+    assert subs_deleted(node.calls, "p1") == 1  # only the one its first registration made
+    assert subs_deleted(node.calls, "x") == 0  # another node's session is not ours to drop
+    assert node.session("c8") is None and node.session("p1") is not None
+    # The connection that lived through the restart ends: unknown now, its report is stale,
+    # but whatever it subscribed since is dropped too.
+    assert not node.disconnected("c8", clean.epoch)
+    assert subs_deleted(node.calls, "c8") == 2
+    assert not node.disconnected("c8", clean.epoch, no_subscriptions=True)
+    assert subs_deleted(node.calls, "c8") == 2
+
+
+def test_connections_stream_answers_ops_in_batches(make_node: Callable[..., Node]) -> None:
+    node = make_node()
+    ops = [
+        registry_pb2.ConnectionOp(
+            id=100 + i,
+            register=registry_pb2.RegisterRequest(
+                key=common_pb2.SessionKey(client_id=f"s{i}"),
+                node="t1@127.0.0.1",
+                listener_id="L1",
+                proto_ver=4,
+            ),
+        )
+        for i in range(50)
+    ]
+    ops.append(registry_pb2.ConnectionOp(id=7))  # no op at all: answered, not fatal
+    requests: queue.Queue[Any] = queue.Queue()
+    requests.put(registry_pb2.ConnectionOps(ops=ops))
+
+    def gen() -> Iterator[Any]:
+        while (item := requests.get(timeout=TIMEOUT)) is not None:
+            yield item
+
+    call = node.stub.Connections(gen(), timeout=TIMEOUT)
+    results: dict[int, Any] = {}
+    batches = 0
+    for batch in call:
+        batches += 1
+        results.update((r.id, r) for r in batch.results)
+        if len(results) == 51:
+            break
+    assert batches < 51  # answers travel in batches
+    regs = [results[100 + i].register for i in range(50)]
+    assert all(r.ok and not r.persistent for r in regs)
+    assert len({r.epoch for r in regs}) == 50
+    assert results[7].WhichOneof("result") is None
+    down = [
+        registry_pb2.ConnectionOp(
+            id=300 + i,
+            disconnected=registry_pb2.DisconnectedRequest(
+                key=common_pb2.SessionKey(client_id=f"s{i}"),
+                epoch=regs[i].epoch,
+                no_subscriptions=True,
+            ),
+        )
+        for i in range(50)
+    ]
+    requests.put(registry_pb2.ConnectionOps(ops=down))
+    done: dict[int, Any] = {}
+    for batch in call:
+        done.update((r.id, r) for r in batch.results)
+        if len(done) == 50:
+            break
+    assert all(done[300 + i].disconnected.ok for i in range(50))
+    assert node.details()["sessions"] == 0
+    requests.put(None)
+    call.cancel()
 
 
 def test_store_failure_refuses_the_connect_and_the_registry_lives_on(

@@ -89,3 +89,14 @@ def test_uint_round_trip_and_errors() -> None:
         codec.decode_uint(b"\0")
     with pytest.raises(codec.CodecError):
         codec.decode_record(b"\x02")
+
+
+@pytest.mark.parametrize(
+    "varint",
+    [b"\x80\x00", b"\xff\x80\x00", b"\xff" * 9 + b"\x02", b"\xff" * 10 + b"\x01"],
+    ids=["overlong-zero", "overlong", "65-bits", "too-long"],
+)
+def test_non_canonical_or_oversize_varints_are_refused(varint: bytes) -> None:
+    raw = bytes([codec.FORMAT]) + b"\x04subs\x02\x00c" + varint  # the entry count
+    with pytest.raises(codec.CodecError):
+        codec.decode_record(raw)

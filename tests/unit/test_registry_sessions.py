@@ -139,15 +139,32 @@ def test_first_registration_wipes_whatever_an_unknown_id_left_behind() -> None:
     ]
 
 
-def test_non_persistent_registration_deletes_queue_and_subscriptions() -> None:
+def test_a_clean_session_replacing_nothing_needs_no_step() -> None:
+    """The cheap CONNECT: no queue, no directory record, nothing of the id to wipe."""
     t = SessionTable(Policy())
     plan = t.plan_register(connect(expiry=0, ver=4), T0)
+    assert not plan.keeps_queue and not plan.session.durable and not plan.session.queued
+    assert plan.steps() == []
+
+
+def test_a_clean_session_replacing_a_persistent_one_wipes_it() -> None:
+    t = SessionTable(Policy())
+    old = registered(t, connect())
+    t.disconnected(K, old.epoch, NEVER, T0 + US)
+    plan = t.plan_register(connect(expiry=0, clean=True), T0 + 2 * US)
     e = plan.session.epoch
-    assert not plan.keeps_queue
     assert plan.steps() == [
         DeleteQueue(K, e, "clean start"),
-        PublishSession(K, plan.session, drop_subs=True),
+        PublishSession(K, None, drop_subs=True, directory=True),
     ]
+
+
+def test_a_clean_session_replacing_a_clean_one_drops_only_its_subscriptions() -> None:
+    t = SessionTable(Policy())
+    old = registered(t, connect(expiry=0))
+    t.disconnected(K, old.epoch, 0, T0 + US)  # its end is still pending (e.g. gossip was down)
+    plan = t.plan_register(connect(expiry=0), T0 + 2 * US)
+    assert plan.steps() == [PublishSession(K, None, drop_subs=True, directory=False)]
 
 
 def test_resuming_an_offline_persistent_session() -> None:
@@ -204,8 +221,9 @@ def test_taking_over_an_online_non_persistent_session_wipes_it() -> None:
     t = SessionTable(Policy())
     registered(t, connect(expiry=0))
     plan = t.plan_register(connect(expiry=0, listener="L2"), T0 + US)
-    kinds = [type(s) for s in plan.steps()]
-    assert kinds == [NotifyTakeover, DeleteQueue, PublishSession]
+    steps = plan.steps()
+    assert [type(s) for s in steps] == [NotifyTakeover, PublishSession]
+    assert steps[1] == PublishSession(K, None, drop_subs=True, directory=False)
     assert not plan.session_present
 
 
@@ -308,10 +326,27 @@ def test_due_respects_its_limit() -> None:
 
 def test_end_steps_remove_queue_subscriptions_and_record() -> None:
     s = replace(registered(SessionTable(Policy()), connect()), online=False)
-    assert end_steps(s, "expired") == [
-        DeleteQueue(K, s.epoch, "expired"),
-        PublishSession(K, None, drop_subs=True),
+    expected = [DeleteQueue(K, s.epoch, "expired"), PublishSession(K, None, drop_subs=True)]
+    assert end_steps(s, "expired") == expected
+    assert end_steps(s, "expired", drop_subs=False) == expected  # durable: always all of it
+
+
+def test_end_steps_of_a_clean_session() -> None:
+    s = replace(registered(SessionTable(Policy()), connect(expiry=0)), online=False)
+    assert end_steps(s, "session ended") == [
+        PublishSession(K, None, drop_subs=True, directory=False)
     ]
+    assert end_steps(s, "session ended", drop_subs=False) == []
+
+
+def test_a_resumed_session_that_ends_with_its_connection_still_owns_its_queue() -> None:
+    t = SessionTable(Policy())
+    old = registered(t, connect(expiry=60))
+    t.disconnected(K, old.epoch, 60, T0)
+    resumed = registered(t, connect(expiry=0), T0 + US)
+    assert resumed.queued and resumed.durable and not resumed.persistent
+    steps = end_steps(replace(resumed, online=False), "session ended", drop_subs=False)
+    assert DeleteQueue(K, resumed.epoch, "session ended") in steps
 
 
 def test_forget_checks_the_epoch() -> None:

@@ -63,3 +63,33 @@ def test_journal_writes_the_current_state_in_one_go(tmp_path: Path) -> None:
     sessions, reserved = store.load()
     assert sessions == [session("a", 5, online=False)] and reserved == 1025
     store.close()
+
+
+def test_clean_sessions_are_not_written_unless_they_replace_a_record(tmp_path: Path) -> None:
+    table: dict[tuple[str, str], Session] = {}
+    stored = session("kept", 1)  # persistent, on disk from an earlier run
+    setup = SessionStore(tmp_path / "reg", 16 * MB)
+    setup.apply([Put(stored)])
+    setup.close()
+
+    async def main() -> None:
+        store = SessionStore(tmp_path / "reg", 16 * MB)
+        journal = Journal(store, table.get, [stored.key])
+        table[("mp", "clean")] = session("clean", 2, session_expiry=0)
+        await journal.sync(("mp", "clean"))  # nothing to write: returns at once
+        assert journal._dirty == set() and journal._waiters == []
+        # a clean session replacing the stored one: the stale record goes
+        table[stored.key] = session("kept", 3, session_expiry=0)
+        await journal.sync(stored.key)
+        # and from then on the key is like any clean one
+        table[stored.key] = session("kept", 3, session_expiry=0, online=False)
+        await journal.sync(stored.key)
+        assert journal._waiters == []
+        await journal.close()
+        store.close()
+
+    asyncio.run(main())
+    store = SessionStore(tmp_path / "reg", 16 * MB)
+    sessions, _ = store.load()
+    assert sessions == []
+    store.close()

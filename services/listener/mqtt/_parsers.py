@@ -16,7 +16,6 @@ code (0x8F, 0x90, 0x94) names the problem better.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 
 from . import _wire as w
 from ._connect import parse_connect
@@ -33,7 +32,6 @@ from .types import (
     PacketType,
     Pingreq,
     Pingresp,
-    Properties,
     Puback,
     Pubcomp,
     Publish,
@@ -47,37 +45,6 @@ from .types import (
 )
 
 Parser = Callable[[int, bytes, int, int, int], Packet]
-
-# PUBLISH is built by slot setters, not the frozen dataclass __init__ (which pays one
-# object.__setattr__ per field): half the construction cost on the hottest path.
-_PUBLISH_FIELDS = ("topic", "payload", "qos", "retain", "dup", "packet_id", "properties")
-if tuple(f.name for f in fields(Publish)) != _PUBLISH_FIELDS:  # pragma: no cover
-    raise ImportError("Publish fields changed: update _PUBLISH_FIELDS and _new_publish")
-_set_topic, _set_payload, _set_qos, _set_retain, _set_dup, _set_pid, _set_props = (
-    getattr(Publish, name).__set__ for name in _PUBLISH_FIELDS
-)
-_object_new = object.__new__
-
-
-def _new_publish(
-    topic: str,
-    payload: bytes,
-    qos: int,
-    retain: bool,
-    dup: bool,
-    packet_id: int | None,
-    props: Properties,
-) -> Publish:
-    """Equivalent to ``Publish(...)`` with every field given, at half the cost."""
-    pkt: Publish = _object_new(Publish)
-    _set_topic(pkt, topic)
-    _set_payload(pkt, payload)
-    _set_qos(pkt, qos)
-    _set_retain(pkt, retain)
-    _set_dup(pkt, dup)
-    _set_pid(pkt, packet_id)
-    _set_props(pkt, props)
-    return pkt
 
 
 def end_check(pos: int, end: int, what: str) -> None:
@@ -151,7 +118,7 @@ def parse_publish(flags: int, data: bytes, pos: int, end: int, version: int) -> 
         props = NO_PROPERTIES
         if not topic:
             raise TopicNameInvalid("empty PUBLISH topic [MQTT-4.7.3-1]")
-    return _new_publish(topic, data[pos:end], qos, bool(flags & 0x01), dup, packet_id, props)
+    return Publish(topic, data[pos:end], qos, bool(flags & 0x01), dup, packet_id, props)
 
 
 def _ack_parser(cls: type[Puback | Pubrec | Pubrel | Pubcomp], ptype: PacketType) -> Parser:

@@ -93,20 +93,27 @@ def encode_publish(
     if tlen > 0xFFFF:
         raise EncodeError("topic longer than 65535 bytes")
     first = 0x30 | (dup << 3) | (qos << 1) | retain
-    parts: tuple[bytes, ...]
     if version == 5:
         plen = w.encode_varint(len(props_bytes))
         size = 2 + tlen + len(pid) + len(plen) + len(props_bytes) + len(payload)
-        parts = (tlen.to_bytes(2, "big"), topic_bytes, pid, plen, props_bytes, payload)
+        tail: tuple[bytes, ...] = (pid, plen, props_bytes, payload)
     else:
         size = 2 + tlen + len(pid) + len(payload)
-        parts = (tlen.to_bytes(2, "big"), topic_bytes, pid, payload)
-    return b"".join((bytes((first,)), w.encode_varint(size), *parts))
+        tail = (pid, payload)
+    # the fixed header and the topic length in one bytes() when the size fits one byte
+    if size < 0x80:
+        head = bytes((first, size, tlen >> 8, tlen & 0xFF))
+    else:
+        head = bytes((first,)) + w.encode_varint(size) + bytes((tlen >> 8, tlen & 0xFF))
+    return b"".join((head, topic_bytes, *tail))
 
 
 def _publish(p: Publish, version: int) -> bytes:
     props = encode_properties(p.properties, T.PUBLISH) if version == 5 else b""
-    topic = w.encode_str(p.topic)[2:]
+    try:
+        topic = p.topic.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EncodeError(f"string is not encodable as UTF-8: {exc.reason}") from None
     return encode_publish(topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, props, version)
 
 
@@ -179,8 +186,13 @@ def _connack(p: Connack, version: int) -> bytes:
 
 def _ack(first: int, ptype: int) -> _Encoder:
     def encode_ack(p: Puback | Pubrec | Pubrel | Pubcomp, version: int) -> bytes:
-        pid = _pid(p.packet_id)
-        if version != 5 or (not p.reason_code and _empty(p.properties)):
+        packet_id = p.packet_id
+        if version != 5 or (not p.reason_code and p.properties is NO_PROPERTIES):
+            if not 0 < packet_id <= 0xFFFF:
+                raise EncodeError(f"packet id {packet_id} outside 1..65535 [MQTT-2.2.1-3]")
+            return bytes((first, 2, packet_id >> 8, packet_id & 0xFF))  # the common case
+        pid = _pid(packet_id)
+        if not p.reason_code and _empty(p.properties):
             return _frame(first, pid)
         tail = b"" if _empty(p.properties) else _props(p.properties, ptype, 5)
         return _frame(first, pid + w.encode_u8(p.reason_code) + tail)

@@ -1,8 +1,12 @@
 """Typed model of MQTT control packets shared by the codec and the session.
 
-Theory of operation: every control packet is one frozen, slotted dataclass, so a
-decoded packet is a plain immutable value that the session state machine can match on
-(``match pkt: case Publish(...)``) and tests can compare with ``==``. Version
+Theory of operation: every control packet is one slotted dataclass and an immutable
+value that the session state machine can match on (``match pkt: case Publish(...)``)
+and tests can compare with ``==``. Most are ``frozen=True``; PUBLISH and its four
+acknowledgements are immutable by convention only (nothing assigns to a field; a changed
+copy is made with ``dataclasses.replace``): several of them are built per message, and a
+frozen dataclass builds itself through one ``object.__setattr__`` per field, two to
+three times the cost of a plain one. They are therefore not hashable either. Version
 differences are carried as data, not as separate classes: the decoder fills the
 MQTT 5 ``properties`` only for protocol version 5 and leaves ``NO_PROPERTIES``
 otherwise; ``Connack.reason_code`` holds the 3.1.1 return code for versions 3 and 4
@@ -248,7 +252,7 @@ class Connack:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Publish:
     """``packet_id`` is None exactly when ``qos`` is 0.
 
@@ -266,7 +270,7 @@ class Publish:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Puback:
     PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBACK
     packet_id: int
@@ -274,7 +278,7 @@ class Puback:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Pubrec:
     PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBREC
     packet_id: int
@@ -282,7 +286,7 @@ class Pubrec:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Pubrel:
     PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBREL
     packet_id: int
@@ -290,7 +294,7 @@ class Pubrel:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Pubcomp:
     PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBCOMP
     packet_id: int

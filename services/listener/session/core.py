@@ -26,6 +26,12 @@ The session only asks; the host answers through ``handle_registered``,
 ``handle_routed``, ``handle_subscribed`` and ``handle_unsubscribed`` (see
 ``session.actions``). Calls that make no sense in the current state return ``[]``, so a
 late answer for a connection that has meanwhile closed is harmless.
+
+Memory: a broker holds one ``Session`` per connected client, most of them idle, so
+the class has ``__slots__``, the CONNECT packet is not kept (only what later packets
+are checked against), and what only some clients need — packets pipelined behind
+CONNECT, pending SUBSCRIBE/UNSUBSCRIBE answers, the inbound QoS 1/2 state — is created
+on first use.
 """
 
 from __future__ import annotations
@@ -97,6 +103,37 @@ _CONNECTED: dict[type, Handler] = {
 class Session:
     """One client connection's MQTT state; see the module docstring."""
 
+    __slots__ = (
+        "assigned_client_id",
+        "authorizer",
+        "clean_start",
+        "client_id",
+        "connect_expiry",
+        "early",
+        "ended",
+        "epoch",
+        "expiry_capped",
+        "inbound",
+        "keepalive",
+        "last_seen",
+        "limits",
+        "mountpoint",
+        "msg_ids",
+        "outbound",
+        "peer",
+        "persistent",
+        "protocol_version",
+        "register_sent",
+        "server_keepalive",
+        "session_expiry",
+        "state",
+        "subscribes",
+        "unsubscribes",
+        "username",
+        "version_known",
+        "will",
+    )
+
     def __init__(
         self,
         limits: SessionLimits,
@@ -123,19 +160,20 @@ class Session:
         self.keepalive = 0
         self.will: Will | None = None
         # -- set while connecting (handle_connect) ------------------------------------
-        self.connect: Connect | None = None
+        self.connect_expiry = 0  # the CONNECT's Session Expiry Interval (v5), uncapped
         self.assigned_client_id = False
         self.server_keepalive = False  # keepalive was capped: tell a v5 client
         self.expiry_capped = False  # session expiry was capped: tell a v5 client
         self.register_sent = False
         self.ended = False
-        self.early: list[Packet] = []
+        self.early: list[Packet] | None = None  # pipelined behind CONNECT, until CONNACK
         # -- connected state ------------------------------------------------------------
         self.last_seen = now
-        self.inbound = handle_publish.Inbound()
+        self.inbound: handle_publish.Inbound | None = None  # see handle_publish.inbound_of
         self.outbound = Outbound(limits)
-        self.subscribes: dict[int, list[int | None]] = {}
-        self.unsubscribes: dict[int, list[int | None]] = {}
+        # SUBSCRIBE / UNSUBSCRIBE ids awaiting the host's answer (handle_subscribe)
+        self.subscribes: dict[int, list[int | None]] | None = None
+        self.unsubscribes: dict[int, list[int | None]] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -167,9 +205,12 @@ class Session:
             self.last_seen = now
             if isinstance(pkt, Connect):
                 raise ProtocolError("second CONNECT [MQTT-3.1.0-2]")
-            if len(self.early) >= EARLY_PACKET_LIMIT:
+            early = self.early
+            if early is None:
+                early = self.early = []
+            if len(early) >= EARLY_PACKET_LIMIT:
                 raise MQTTError("too many packets before CONNACK", reason_code=R.SERVER_BUSY)
-            self.early.append(pkt)
+            early.append(pkt)
             return []
         return []
 
@@ -202,7 +243,7 @@ class Session:
         if not ok:
             return handle_connect.refuse(self, reason_code)
         actions = handle_connect.accept(self, epoch, session_present, persistent, now)
-        early, self.early = self.early, []
+        early, self.early = self.early or (), None
         for pkt in early:
             if not self.connected:
                 break
@@ -255,7 +296,9 @@ class Session:
         """A persistent session was resumed: restore its QoS 2 state, then redeliver."""
         if self.state is not SessionState.CONNECTED:
             return []
-        self.inbound.restore(inbound_qos2)
+        restored = list(inbound_qos2)
+        if restored:
+            handle_publish.inbound_of(self).restore(restored)
         return self.outbound.resume(queued, outbound_pubrel, now)
 
     def set_congested(self, flag: bool, now: float) -> list[Action]:

@@ -70,7 +70,7 @@ def handle_connect(s: Session, pkt: Connect, now: float) -> list[Action]:
         raise UnsupportedProtocolVersion(
             f"protocol level {version} not accepted on this listener [MQTT-3.1.2-2]"
         )
-    s.connect = pkt
+    s.connect_expiry = pkt.properties.session_expiry_interval or 0
     s.username = pkt.username
     s.clean_start = pkt.clean_start
     if version == 5:

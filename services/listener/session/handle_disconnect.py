@@ -38,9 +38,7 @@ def _update_expiry(s: Session, pkt: Disconnect) -> None:
     expiry = pkt.properties.session_expiry_interval
     if expiry is None:
         return
-    connect = s.connect
-    requested = connect.properties.session_expiry_interval if connect is not None else None
-    if not requested and expiry:
+    if not s.connect_expiry and expiry:
         raise ProtocolError(
             "DISCONNECT sets a Session Expiry Interval after CONNECT had 0 (3.14.2.2.2)"
         )

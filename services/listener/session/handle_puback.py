@@ -35,7 +35,7 @@ def handle_pubcomp(s: Session, pkt: Pubcomp, now: float) -> list[Action]:
 
 def handle_pubrel(s: Session, pkt: Pubrel, now: float) -> list[Action]:
     pid = pkt.packet_id
-    if not s.inbound.release(pid):
+    if s.inbound is None or not s.inbound.release(pid):
         code = R.PACKET_IDENTIFIER_NOT_FOUND if s.protocol_version == 5 else 0
         return [Send(Pubcomp(pid, code))]
     out: list[Action] = []

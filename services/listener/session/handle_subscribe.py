@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def handle_subscribe(s: Session, pkt: Subscribe, now: float) -> list[Action]:
-    if pkt.packet_id in s.subscribes:
+    if s.subscribes is not None and pkt.packet_id in s.subscribes:
         # The id of a SUBSCRIBE still being answered [MQTT-2.2.1-3] (v5: 0x91).
         codes = [suback_code(s.protocol_version, R.PACKET_IDENTIFIER_IN_USE)]
         return [Send(Suback(pkt.packet_id, tuple(codes * len(pkt.subscriptions))))]
@@ -51,6 +51,8 @@ def handle_subscribe(s: Session, pkt: Subscribe, now: float) -> list[Action]:
         accepted.append(replace(sub, qos=s.limits.max_qos) if sub.qos > s.limits.max_qos else sub)
     if not accepted:
         return [*logs, _suback(s, pkt.packet_id, [c or 0 for c in slots])]
+    if s.subscribes is None:
+        s.subscribes = {}
     s.subscribes[pkt.packet_id] = slots
     sub_ids = pkt.properties.subscription_identifiers
     request = SubscribeRequest(pkt.packet_id, tuple(accepted), sub_ids[0] if sub_ids else None)
@@ -85,7 +87,7 @@ def _suback(s: Session, packet_id: int, codes: Sequence[int]) -> Send:
 
 def handle_subscribed(s: Session, packet_id: int, codes: Sequence[int], now: float) -> list[Action]:
     """The host's codes for the accepted filters, in their order."""
-    slots = s.subscribes.pop(packet_id, None)
+    slots = s.subscribes.pop(packet_id, None) if s.subscribes is not None else None
     if slots is None:
         return []
     return [_suback(s, packet_id, merge(slots, codes, "SUBSCRIBE"))]

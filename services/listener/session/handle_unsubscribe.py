@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def handle_unsubscribe(s: Session, pkt: Unsubscribe, now: float) -> list[Action]:
-    if pkt.packet_id in s.unsubscribes:
+    if s.unsubscribes is not None and pkt.packet_id in s.unsubscribes:
         codes = (R.PACKET_IDENTIFIER_IN_USE,) * len(pkt.topic_filters)
         return [_unsuback(s, pkt.packet_id, codes)]
     slots: list[int | None] = []
@@ -40,6 +40,8 @@ def handle_unsubscribe(s: Session, pkt: Unsubscribe, now: float) -> list[Action]
         accepted.append(topic_filter)
     if not accepted:
         return [_unsuback(s, pkt.packet_id, [c or 0 for c in slots])]
+    if s.unsubscribes is None:
+        s.unsubscribes = {}
     s.unsubscribes[pkt.packet_id] = slots
     return [UnsubscribeRequest(pkt.packet_id, tuple(accepted))]
 
@@ -47,7 +49,7 @@ def handle_unsubscribe(s: Session, pkt: Unsubscribe, now: float) -> list[Action]
 def handle_unsubscribed(
     s: Session, packet_id: int, codes: Sequence[int], now: float
 ) -> list[Action]:
-    slots = s.unsubscribes.pop(packet_id, None)
+    slots = s.unsubscribes.pop(packet_id, None) if s.unsubscribes is not None else None
     if slots is None:
         return []
     return [_unsuback(s, packet_id, merge(slots, codes, "UNSUBSCRIBE"))]

@@ -3,6 +3,14 @@
 A :class:`Message` is one accepted PUBLISH; an :class:`OutboundMessage` is that message
 as one subscriber receives it (its QoS, retain flag, subscription ids, and — for
 persistent sessions — its position ``seq`` in the session's durable queue).
+
+Both are values, immutable by convention: nothing assigns to a field after
+construction (a changed copy is made with ``dataclasses.replace``), so one ``Message``
+is shared by every subscriber's ``OutboundMessage`` and by the retained store. They are
+not ``frozen=True`` because a frozen dataclass builds itself through
+``object.__setattr__`` per field, which made construction about four times slower on
+the path that creates two or three of them per message and subscriber; and they are
+not hashable (no code puts them in a set or uses them as a key).
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from dataclasses import dataclass
 from services.listener.mqtt.types import NO_PROPERTIES, Properties
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     """An application message. ``properties`` keeps only what is forwarded to subscribers
     (payload format, content type, response topic, correlation data, user properties);
@@ -30,7 +38,7 @@ class Message:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutboundMessage:
     """A message on its way to one session.
 

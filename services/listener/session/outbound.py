@@ -77,7 +77,25 @@ class Inflight:
 
 
 class Outbound:
-    """The outbound half of a session (see the module docstring)."""
+    """The outbound half of a session (see the module docstring). The queues are
+    created when something first waits in them: most clients never fill their window."""
+
+    __slots__ = (
+        "_next_id",
+        "_retry_at",
+        "alias_max",
+        "aliases",
+        "congested",
+        "inflight",
+        "limits",
+        "max_packet_size",
+        "pending",
+        "pending0",
+        "persistent",
+        "ready",
+        "version",
+        "window",
+    )
 
     def __init__(self, limits: SessionLimits) -> None:
         self.limits = limits
@@ -89,8 +107,8 @@ class Outbound:
         self.ready = False  # CONNACK sent: PUBLISH may be written
         self.congested = False
         self.inflight: dict[int, Inflight] = {}
-        self.pending: deque[OutboundMessage] = deque()
-        self.pending0: deque[OutboundMessage] = deque()
+        self.pending: deque[OutboundMessage] | None = None
+        self.pending0: deque[OutboundMessage] | None = None
         self.aliases: dict[str, int] = {}
         self._next_id = 1
         self._retry_at: float | None = None
@@ -120,10 +138,10 @@ class Outbound:
         if msg.qos == 0:
             if self.ready and not self.congested:
                 return self._send(msg, now)
-            return self._park(self.pending0, msg, bounded)
+            return self._park(True, msg, bounded)
         if self.ready and not self.congested and not self.pending and self._fits(msg):
             return self._send(msg, now)
-        return self._park(self.pending, msg, bounded)
+        return self._park(False, msg, bounded)
 
     def drop(self, msg: OutboundMessage, reason: str) -> list[Action]:
         return [Dropped(msg, reason)]
@@ -133,8 +151,9 @@ class Outbound:
         out: list[Action] = []
         if not self.ready or self.congested:
             return out
-        while self.pending0:
-            out += self._send(self.pending0.popleft(), now)
+        pending0 = self.pending0
+        while pending0:
+            out += self._send(pending0.popleft(), now)
         pending = self.pending
         while pending and len(self.inflight) < self.window:
             msg = pending[0]
@@ -152,13 +171,18 @@ class Outbound:
         self.congested = flag
         return [] if flag else self.drain(now)
 
-    def _park(
-        self, queue: deque[OutboundMessage], msg: OutboundMessage, bounded: bool
-    ) -> list[Action]:
+    def _park(self, qos0: bool, msg: OutboundMessage, bounded: bool) -> list[Action]:
         limit = self.limits.max_online_messages
-        if bounded and 0 <= limit <= len(self.pending) + len(self.pending0):
+        if bounded and 0 <= limit <= len(self.pending or ()) + len(self.pending0 or ()):
             return [Dropped(msg, "queue_full")]
-        queue.append(msg)
+        if qos0:
+            if self.pending0 is None:
+                self.pending0 = deque()
+            self.pending0.append(msg)
+        else:
+            if self.pending is None:
+                self.pending = deque()
+            self.pending.append(msg)
         return []
 
     def _fits(self, msg: OutboundMessage) -> bool:

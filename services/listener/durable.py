@@ -1,0 +1,139 @@
+"""What a QoS >= 1 publish waits for before its PUBACK/PUBREC (invariant I1).
+
+Theory of operation. ``Broker.route`` gives every copy of a publish that must be
+durable — one per persistent (or offline) target session — a :class:`Queued`, whose
+``done`` is the store client's callback for that append. A QoS >= 1 publisher gets one
+:class:`Countdown` counting those appends (and the gossip write of a retained message);
+it answers the publisher when routing has issued them all (``arm``) and the last one
+is done (``step``), whichever comes last — with 0x80 if any failed. No future per
+write: the store client calls ``Queued.done`` directly, in batch order, which keeps the
+deliveries to one session in ``seq`` order.
+
+Worked example: a QoS 1 publish matches two persistent sessions A (online) and B
+(offline): route makes Queued(A), Queued(B), a Countdown with ``left`` 2, then
+``arm(SUCCESS)``. The store answers OK seq 7 for A: A receives the message with seq 7,
+``left`` 1; OK for B: ``left`` 0, the publisher gets its PUBACK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from services.listener.mqtt.types import ReasonCode
+from services.listener.routing.model import SubscriberId
+from services.listener.session.messages import Message, OutboundMessage
+from services.listener.store_client import UNAVAILABLE
+from services.pb import msgstore_pb2
+
+if TYPE_CHECKING:
+    from services.listener.broker import Broker
+    from services.listener.connection import Connection
+
+_OK = msgstore_pb2.APPEND_OK
+_QUEUE_FULL = msgstore_pb2.APPEND_QUEUE_FULL
+_STORE_ERROR = msgstore_pb2.APPEND_STORE_ERROR
+_STALE_EPOCH = msgstore_pb2.APPEND_STALE_EPOCH
+
+
+class Queued:
+    """One session's copy of a publish on its way into that session's queue.
+
+    ``done`` is the store client's callback: an online session receives the copy once
+    it is durable (with its ``seq``), then the publisher's countdown moves. A full
+    session queue (max_offline_messages) is a deliberate, logged drop, not a failure;
+    NO_QUEUE is an offline, non-persistent session not yet cleaned up: nothing lost.
+    """
+
+    __slots__ = ("broker", "conn", "countdown", "msg", "qos", "retain", "sid", "sub_ids")
+
+    def __init__(
+        self,
+        broker: Broker,
+        sid: SubscriberId,
+        conn: Connection | None,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        countdown: Countdown | None,
+    ) -> None:
+        self.broker = broker
+        self.sid = sid
+        self.conn = conn
+        self.msg = msg
+        self.qos = qos
+        self.retain = retain
+        self.sub_ids = sub_ids
+        self.countdown = countdown
+
+    def done(self, status: int, seq: int, error: str) -> None:
+        failure: str | None = None
+        if status == _OK:
+            conn = self.conn
+            if conn is not None and self.broker.sessions.get(self.sid) is conn:
+                conn.deliver(OutboundMessage(self.msg, self.qos, self.retain, self.sub_ids, seq))
+        elif status == _QUEUE_FULL:
+            self.broker.dropped(self.sid[1], self._out(), "queue_full")
+        elif status == _STORE_ERROR:
+            self.broker.dropped(self.sid[1], self._out(), "store_error")
+            failure = "APPEND_STORE_ERROR"
+        elif status == _STALE_EPOCH:
+            failure = "APPEND_STALE_EPOCH"
+        elif status == UNAVAILABLE:
+            failure = error or "store unavailable"
+        if self.countdown is not None:
+            self.countdown.step(failure)
+
+    def _out(self) -> OutboundMessage:
+        return OutboundMessage(self.msg, self.qos, self.retain, self.sub_ids)
+
+
+class Countdown:
+    """Answers a QoS >= 1 publisher once every durable write it waits on is done.
+
+    Lighter than ``asyncio.gather`` (which was ~8% of the listener's time under load):
+    one counter, no future per write. ``left`` counts the writes still out; ``arm`` is
+    called once routing has issued them all, so the answer leaves when both happened,
+    whichever comes last. Any failed write — an exception, or an append the store
+    refused for lack of space or a stale epoch — makes the answer 0x80, so the
+    publisher is never acknowledged for a message that is not on disk (I1).
+    """
+
+    __slots__ = ("broker", "code", "conn", "failure", "left", "token")
+
+    def __init__(self, conn: Connection, token: int, broker: Broker) -> None:
+        self.left = 0
+        self.conn = conn
+        self.token = token
+        self.code: int | None = None  # set by ``arm``
+        self.broker = broker
+        self.failure: str | None = None
+
+    def arm(self, code: int) -> None:
+        self.code = code
+        if not self.left:
+            self._answer()
+
+    def step(self, failure: str | None) -> None:
+        """One write is done (``failure`` None) or failed."""
+        if failure is not None and self.failure is None:
+            self.failure = failure
+        self.left -= 1
+        if not self.left and self.code is not None:
+            self._answer()
+
+    def future_done(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            self.step("cancelled")
+        else:
+            exc = fut.exception()
+            self.step(None if exc is None else str(exc) or type(exc).__name__)
+
+    def _answer(self) -> None:
+        if self.failure is not None:
+            self.broker.store_failed(self.failure)
+            self.conn.routed(self.token, ReasonCode.UNSPECIFIED_ERROR)
+        else:
+            assert self.code is not None
+            self.conn.routed(self.token, self.code)

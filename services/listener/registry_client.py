@@ -1,0 +1,195 @@
+"""The listener's side of the registry's ``Connections`` stream: CONNECTs in batches.
+
+A unary RPC per CONNECT costs more CPU on both sides than the rest of the connect path
+together, so registrations and disconnection reports travel over one long-lived stream:
+the ops submitted while the previous batch was being written leave together as the next
+one (no timer: a lone CONNECT leaves at once), and the registry answers in batches the
+same way, in completion order (each op carries an id).
+
+When the stream breaks every unanswered op fails with :class:`RegistryUnavailable` (the
+client gets "server unavailable"), and the stream is reopened with backoff; while it is
+down, new ops fail at once rather than queue behind an outage. An op given up on by its
+caller (deadline) may still be answered later: a registration that succeeded after all is
+handed to ``on_late_register`` so the listener reports that connection gone at once, and
+the registry never keeps a session online for a client nobody serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from services.common import log
+from services.pb import registry_pb2, registry_pb2_grpc
+
+_WINDOW = 0.001  # s: a batch leaves at most this soon after the previous one
+
+LateRegister = Callable[[registry_pb2.RegisterRequest, registry_pb2.RegisterReply], None]
+Result = registry_pb2.ConnectionResult
+Done = Callable[["Result | RegistryUnavailable"], None]
+
+
+class RegistryUnavailable(Exception):
+    """The registry did not answer an op (stream down, broken, or deadline passed)."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+
+class _Pending:
+    __slots__ = ("abandoned", "deadline", "done", "op")
+
+    def __init__(self, op: registry_pb2.ConnectionOp, done: Done, deadline: float) -> None:
+        self.op = op
+        self.done = done
+        self.deadline = deadline
+        self.abandoned = False
+
+
+class RegistryClient:
+    def __init__(
+        self,
+        stub: registry_pb2_grpc.RegistryStub,
+        on_late_register: LateRegister,
+        deadline: float = 15.0,
+    ) -> None:
+        self.stub = stub
+        self.deadline = deadline
+        self._late = on_late_register
+        self._ids = itertools.count(1)
+        self._unsent: list[registry_pb2.ConnectionOp] = []
+        self._pending: dict[int, _Pending] = {}
+        self._wake = asyncio.Event()  # ops are waiting to be sent
+        self._generation = 0  # which stream is current (an old one's writer may linger)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.connected = asyncio.Event()
+
+    # -- calls -----------------------------------------------------------------------
+    def submit(self, op: registry_pb2.ConnectionOp, done: Done) -> None:
+        """Send ``op`` with the next batch; ``done`` gets its result or the failure.
+
+        ``done`` is called exactly once, from the event loop (never from inside submit).
+        """
+        loop = asyncio.get_running_loop()
+        if not self.connected.is_set():
+            loop.call_soon(done, RegistryUnavailable("UNAVAILABLE", "no stream to the registry"))
+            return
+        op.id = next(self._ids)
+        self._pending[op.id] = _Pending(op, done, loop.time() + self.deadline)
+        self._unsent.append(op)
+        self._wake.set()
+
+    async def _expire(self) -> None:
+        """Give up on ops past their deadline (the registry may still answer them later)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(1.0)
+            now = loop.time()
+            overdue = [p for p in self._pending.values() if not p.abandoned and p.deadline < now]
+            for pending in overdue:
+                pending.abandoned = True
+                if pending.op in self._unsent:  # never left: nobody will answer it
+                    self._unsent.remove(pending.op)
+                    del self._pending[pending.op.id]
+                pending.done(
+                    RegistryUnavailable("DEADLINE_EXCEEDED", f"no answer within {self.deadline:g}s")
+                )
+
+    # -- answers ---------------------------------------------------------------------
+    def _answer(self, batch: registry_pb2.ConnectionResults) -> None:
+        for result in batch.results:
+            pending = self._pending.pop(result.id, None)
+            if pending is None:
+                continue
+            if not pending.abandoned:
+                pending.done(result)
+            elif result.HasField("register") and result.register.ok:
+                self._late(pending.op.register, result.register)
+
+    def _fail(self, ops: list[registry_pb2.ConnectionOp], code: str, reason: str) -> None:
+        for op in ops:
+            pending = self._pending.pop(op.id, None)
+            if pending is not None and not pending.abandoned:
+                pending.done(RegistryUnavailable(code, reason))
+
+    def _fail_all(self, code: str, reason: str) -> None:
+        ops = [p.op for p in self._pending.values()]
+        self._unsent.clear()
+        self._fail(ops, code, reason)
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._run(), name="registry-stream"),
+            asyncio.create_task(self._expire(), name="registry-deadlines"),
+        ]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._fail_all("CANCELLED", "listener stopping")
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while not self._stopping:
+            try:
+                await self._session()
+                code, reason = "STREAM_ENDED", "the registry closed the stream"
+            except grpc.aio.AioRpcError as exc:
+                code, reason = exc.code().name, str(exc.details())
+            else:
+                backoff = 0.05
+            self.connected.clear()
+            self._fail_all(code, reason)
+            log.emit(
+                "rpc.failed",
+                "warning",
+                target="registry",
+                method="Connections",
+                code=code,
+                reason=reason,
+            )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    async def _session(self) -> None:
+        self._generation += 1
+        generation = self._generation
+
+        async def requests() -> AsyncIterator[registry_pb2.ConnectionOps]:
+            # gRPC asks for the next message only once the previous one is written: what
+            # was submitted meanwhile leaves as one batch, so batches grow with the load
+            # and a lone CONNECT still leaves at once.
+            loop = asyncio.get_running_loop()
+            last = 0.0
+            while True:
+                await self._wake.wait()
+                early = last + _WINDOW - loop.time()
+                if early > 0:  # busy: the last batch left moments ago, let this one fill
+                    await asyncio.sleep(early)
+                if generation != self._generation:
+                    return  # a dead stream's writer must not take the new stream's ops
+                self._wake.clear()
+                last = loop.time()
+                if self._unsent:
+                    ops, self._unsent = self._unsent, []
+                    yield registry_pb2.ConnectionOps(ops=ops)
+
+        call = self.stub.Connections(requests())
+        try:
+            await call.initial_metadata()  # sent by the registry as the stream opens
+            self.connected.set()
+            async for batch in call:
+                self._answer(batch)
+        finally:
+            call.cancel()
