@@ -9,6 +9,7 @@ status with a logged reason.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -39,9 +40,15 @@ def setup_logging(service: str, config: Config) -> None:
     )
 
 
+# The hot paths allocate many short-lived containers; CPython's default gen0 threshold
+# (700) ran a collection every few dozen messages (~7% of the listener's CPU under load).
+GC_THRESHOLDS = (20_000, 20, 100)
+
+
 def run(service: str, config: Config, serve: Serve) -> int:
     """Run ``serve`` until SIGTERM/SIGINT; return the process exit status."""
     setup_logging(service, config)
+    gc.set_threshold(*GC_THRESHOLDS)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -63,4 +70,7 @@ def run(service: str, config: Config, serve: Serve) -> int:
 
 
 def started(address: str) -> None:
+    # What start-up built (modules, config, protobuf descriptors) lives as long as the
+    # process: out of the collector's sight, full collections stay short.
+    gc.freeze()
     log.emit("service.started", address=address, pid=os.getpid())

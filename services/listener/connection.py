@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 
 
 _BUDGET = 200  # packets handled per connection per event-loop turn
+FLOW_MAX_HOLD = 1.0  # s: a subscriber that does not drain in this time holds nobody back
 
 # Metric label of each packet class (not ``__name__.upper()`` per packet).
 _PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(Packet)}
@@ -141,6 +142,10 @@ class Connection(asyncio.Protocol):
         "_delivered_hi",
         "_delivered_sent",
         "_ended",
+        "_flow_holders",
+        "_flow_slow",
+        "_flow_timer",
+        "_flow_waiters",
         "_flush_scheduled",
         "_held",
         "_held_error",
@@ -149,6 +154,7 @@ class Connection(asyncio.Protocol):
         "_resume_buffer",
         "_timers",
         "_wbuf",
+        "appending",
         "authorizer",
         "broker",
         "closed",
@@ -204,6 +210,11 @@ class Connection(asyncio.Protocol):
         self._connected_at = time.time()
         self._loop = asyncio.get_running_loop()
         self._ended = False
+        self._flow_holders: set[Connection] | None = None  # congested subscribers we wait for
+        self._flow_waiters: set[Connection] | None = None  # publishers waiting for us
+        self._flow_timer: asyncio.TimerHandle | None = None  # when we stop holding them
+        self._flow_slow = False  # did not drain in FLOW_MAX_HOLD: holds nobody back
+        self.appending = 0  # queue appends for this session the store has not answered yet
 
     # -- asyncio protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -242,6 +253,8 @@ class Connection(asyncio.Protocol):
             self._backlog_error = self._backlog_error or error
             return
         self._work(packets, error)
+        if self._flow_waiters is not None or self._flow_slow:
+            self._flow_drained()
 
     def _work(self, packets: list[Packet], error: MQTTError | None) -> None:
         """Handle at most ``_BUDGET`` packets now; the rest waits for the next loop turn
@@ -263,19 +276,94 @@ class Connection(asyncio.Protocol):
                     self._held.extend(self._backlog)
                 self._held_error = self._held_error or error or self._backlog_error
                 self._backlog, self._backlog_error = None, None
+            elif self._backlog:  # held back (flow control): the error comes after the rest
+                self._backlog_error = self._backlog_error or error
             return
         if error is not None:
             self._protocol_error(error, now)
 
     def _continue(self) -> None:
-        if self.closed or self.session is None:
-            return
+        if self.closed or self.session is None or self._flow_holders:
+            return  # held back: _flow_release calls again
         packets, self._backlog = self._backlog, None
         error, self._backlog_error = self._backlog_error, None
         if packets or error is not None:
             self._work(packets or [], error)
-        if not self._backlog and self._held is None and not self.closed:
+        if not self._backlog and self._held is None and not self.closed and not self._flow_holders:
             assert self.transport is not None
+            self.transport.resume_reading()
+
+    # -- flow control ----------------------------------------------------------------
+    # A publisher faster than a subscriber it sends QoS >= 1 to would fill that session's
+    # queue until max_online_messages drops messages. Instead the publisher stops being
+    # read while the subscriber's backlog (queued for the client + in flight) is above
+    # ``broker.flow_high``, until it drains to ``broker.flow_low``: TCP then slows the
+    # publisher down to the subscriber's pace. Two limits keep one client from stalling
+    # others: a subscriber that has not drained within FLOW_MAX_HOLD is "slow" and holds
+    # nobody back until it drains (its queue limit applies, as without flow control), and
+    # a connection others wait for is never held itself, so no cycle of clients
+    # publishing to each other can wait forever.
+    def backlog(self) -> int:
+        """Messages for this client not yet acknowledged: on their way into its queue,
+        waiting to be sent, or in flight."""
+        session = self.session
+        return self.appending + (session.outbound.backlog() if session is not None else 0)
+
+    def hold_back(self, publisher: Connection) -> None:
+        """Stop reading ``publisher`` until this connection's backlog drains."""
+        if (
+            publisher is self
+            or publisher.closed
+            or self.closed
+            or self._flow_slow
+            or publisher._flow_waiters
+        ):
+            return
+        waiters = self._flow_waiters
+        if waiters is None:
+            waiters = self._flow_waiters = set()
+            self._flow_timer = self._loop.call_later(FLOW_MAX_HOLD, self._flow_give_up)
+        elif publisher in waiters:
+            return
+        waiters.add(publisher)
+        holders = publisher._flow_holders
+        if holders is None:
+            holders = publisher._flow_holders = set()
+        if not holders and publisher.transport is not None:
+            publisher.transport.pause_reading()
+        holders.add(self)
+
+    def _flow_drained(self) -> None:
+        if self.backlog() <= self.broker.flow_low:
+            self._flow_slow = False
+            self._release_flow()
+
+    def _flow_give_up(self) -> None:
+        self._flow_timer = None
+        self._flow_slow = True
+        self._release_flow()
+
+    def _release_flow(self) -> None:
+        if self._flow_timer is not None:
+            self._flow_timer.cancel()
+            self._flow_timer = None
+        waiters, self._flow_waiters = self._flow_waiters, None
+        for publisher in waiters or ():
+            publisher._flow_release(self)
+
+    def _flow_release(self, holder: Connection) -> None:
+        holders = self._flow_holders
+        if not holders:
+            return
+        holders.discard(holder)
+        if holders:
+            return
+        self._flow_holders = None
+        if self.closed:
+            return
+        if self._backlog:
+            self._loop.call_soon(self._continue)
+        elif self._held is None and self.transport is not None:
             self.transport.resume_reading()
 
     def _protocol_error(self, error: MQTTError, now: float) -> None:
@@ -301,6 +389,10 @@ class Connection(asyncio.Protocol):
             self.execute(session.handle_packet(pkt, now))
             if self.closed:
                 return True
+            if self._flow_holders and i + 1 < len(packets):
+                rest = packets[i + 1 :]  # held back: the rest waits in front of the backlog
+                self._backlog = rest + self._backlog if self._backlog else rest
+                return True
         return False
 
     def _check_password(self, pkt: Connect) -> None:
@@ -319,9 +411,13 @@ class Connection(asyncio.Protocol):
         if self.closed or self.session is None:
             return
         assert self.transport is not None
-        self.transport.resume_reading()
+        if not self._flow_holders:
+            self.transport.resume_reading()
         now = time.time()
         if self._handle(held, now):
+            if self._backlog:  # held back (flow control): the error comes after the rest
+                self._backlog_error = self._backlog_error or self._held_error
+                self._held_error = None
             return
         error, self._held_error = self._held_error, None
         if error is not None:
@@ -339,6 +435,8 @@ class Connection(asyncio.Protocol):
             self._timers = ()
         was_closed = self.closed
         self.closed = True
+        if self._flow_waiters is not None:
+            self._release_flow()  # nobody waits for a connection that is gone
         if self.session is not None and self.session.state is not SessionState.CLOSED:
             self.execute(self.session.handle_connection_lost(time.time()))
         if not self._ended and self.sid is not None and self.epoch:

@@ -69,8 +69,10 @@ class Queued:
 
     def done(self, status: int, seq: int, error: str) -> None:
         failure: str | None = None
+        conn = self.conn
+        if conn is not None:
+            conn.appending -= 1
         if status == _OK:
-            conn = self.conn
             if conn is not None and self.broker.sessions.get(self.sid) is conn:
                 conn.deliver(OutboundMessage(self.msg, self.qos, self.retain, self.sub_ids, seq))
         elif status == _QUEUE_FULL:

@@ -146,6 +146,10 @@ class Outbound:
     def drop(self, msg: OutboundMessage, reason: str) -> list[Action]:
         return [Dropped(msg, reason)]
 
+    def backlog(self) -> int:
+        """Deliveries not yet acknowledged by the client: queued here or in flight."""
+        return len(self.pending or ()) + len(self.pending0 or ()) + len(self.inflight)
+
     def drain(self, now: float) -> list[Action]:
         """Write what the congestion flag and the window allow, oldest first."""
         out: list[Action] = []
