@@ -1,10 +1,10 @@
 """Flow control: a QoS 1 publisher faster than the subscriber it feeds is held back
 instead of the subscriber's queue overflowing (``max_online_messages`` drops).
 
-A raw subscriber that stops acknowledging makes the broker's backlog for it grow; the
-publisher must stop getting PUBACKs (its socket is no longer read) long before the
-online queue limit would drop anything, and once the subscriber acknowledges again every
-message arrives, in order.
+A raw subscriber that acknowledges at its own, slower pace must get every message, in
+order, with nothing dropped (without flow control most are: the online limit here is
+40 + 20 in flight). A subscriber that stops reading altogether must not stall its
+publisher for good: after the grace period its own queue limit applies.
 """
 
 from __future__ import annotations
