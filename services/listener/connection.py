@@ -14,7 +14,7 @@ the broker's memory grow without bound.
 Timers are lazy: a ``SetTimer`` that moves a deadline later (the keepalive, on every
 packet) only records the new deadline; the pending entry re-arms itself when it comes
 up early. That keeps per-packet timer cost to an attribute store. All connections'
-timers share one heap and one event-loop timer (``_LoopTimers``, ``session.timers``).
+timers share one heap and one event-loop timer (``loop_timers``, ``session.timers``).
 
 Memory: thousands of mostly idle connections each hold one ``Connection``, so it has
 ``__slots__``, dispatches actions through a class-level table (not a dict of bound
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast, get_args
 
 from services.common import log
+from services.listener.loop_timers import timers_of
 from services.listener.mqtt.decoder import Decoder
 from services.listener.mqtt.encoder import encode
 from services.listener.mqtt.errors import MQTTError
@@ -57,7 +57,7 @@ from services.listener.session.actions import (
 from services.listener.session.auth import Authorizer
 from services.listener.session.core import Session, SessionState
 from services.listener.session.messages import OutboundMessage
-from services.listener.session.timers import Timer, TimerHeap
+from services.listener.session.timers import Timer
 
 if TYPE_CHECKING:
     from services.listener.broker import Broker
@@ -76,61 +76,6 @@ _PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(
 _log_published = log.emitter("message.published")
 _log_delivered = log.emitter("message.delivered")
 _log_acked = log.emitter("message.acked")
-
-
-class _LoopTimers:
-    """The event-loop side of a ``TimerHeap``: one loop timer, armed for the earliest
-    entry, fires the due session timers of every connection of this loop."""
-
-    __slots__ = ("__weakref__", "handle", "handle_at", "heap")
-
-    def __init__(self) -> None:
-        self.heap: TimerHeap[Connection] = TimerHeap()
-        self.handle: asyncio.TimerHandle | None = None
-        self.handle_at = 0.0
-
-    def set(self, timer: Timer[Connection], at: float) -> None:
-        self.heap.set(timer, at)
-        self._arm()
-
-    def cancel(self, timer: Timer[Connection]) -> None:
-        self.heap.cancel(timer)
-
-    def _arm(self) -> None:
-        at = self.heap.next_at()
-        if at is None or (self.handle is not None and self.handle_at <= at):
-            return  # nothing to fire, or the loop timer comes first anyway
-        if self.handle is not None:
-            self.handle.cancel()
-        delay = max(0.0, at - time.time())
-        self.handle = asyncio.get_running_loop().call_later(delay, self._run)
-        self.handle_at = at
-
-    def _run(self) -> None:
-        self.handle = None
-        loop = asyncio.get_running_loop()
-        for timer in self.heap.pop_due(time.time()):
-            conn = timer.owner
-            assert conn is not None  # only cancelled timers lose their owner
-            try:
-                conn.timer_fired(timer)
-            except Exception as exc:  # one connection's failure must not stop the others'
-                loop.call_exception_handler(
-                    {"message": "session timer failed", "exception": exc, "protocol": conn}
-                )
-        self._arm()
-
-
-_loop_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopTimers] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _timers_of(loop: asyncio.AbstractEventLoop) -> _LoopTimers:
-    timers = _loop_timers.get(loop)
-    if timers is None:
-        timers = _loop_timers[loop] = _LoopTimers()
-    return timers
 
 
 class Connection(asyncio.Protocol):
@@ -429,7 +374,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.metrics.connections.inc(-1)
         if self._timers:
-            timers = _timers_of(self._loop)
+            timers = timers_of(self._loop)
             for timer in self._timers:
                 timers.cancel(timer)
             self._timers = ()
@@ -706,16 +651,16 @@ class Connection(asyncio.Protocol):
         if timer is None:  # a fired timer stays in _timers, to be set again
             timer = Timer(self, action.name)
             self._timers += (timer,)
-        _timers_of(self._loop).set(timer, action.at)  # lazy when the deadline moves later
+        timers_of(self._loop).set(timer, action.at)  # lazy when the deadline moves later
 
     def _cancel_timer(self, action: CancelTimer) -> None:
         timer = self._timer(action.name)
         if timer is not None:
             self._timers = tuple(t for t in self._timers if t is not timer)
-            _timers_of(self._loop).cancel(timer)
+            timers_of(self._loop).cancel(timer)
 
     def timer_fired(self, timer: Timer[Connection]) -> None:
-        """One of this connection's timers is due (called by ``_LoopTimers``)."""
+        """One of this connection's timers is due (called by ``loop_timers``)."""
         if self.session is None or self.closed:
             return
         self.execute(self.session.handle_timeout(timer.name, time.time()))
