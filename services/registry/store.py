@@ -132,6 +132,7 @@ class Journal:
         self._lookup = lookup
         self._on_disk: set[SessionKey] = set(on_disk)  # keys with a record in the store
         self._dirty: set[SessionKey] = set()
+        self._writing: set[SessionKey] = set()  # keys of the transaction in progress
         self._reserve = 0  # epoch reservation to write, 0 = unchanged
         self._waiters: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
@@ -146,7 +147,7 @@ class Journal:
         """
         if self._closed:
             raise StoreError("the session table is closed")
-        keys = tuple(k for k in keys if k in self._on_disk or self._durable(k))
+        keys = tuple(k for k in keys if self._may_hold(k) or self._durable(k))
         if not keys and not reserve:
             return
         self._dirty.update(keys)
@@ -155,6 +156,11 @@ class Journal:
         self._waiters.append(fut)
         self._wake.set()
         await fut
+
+    def _may_hold(self, key: SessionKey) -> bool:
+        """The store holds (or is about to hold) a record of ``key``: a record written by
+        a transaction still in progress must be overwritten too."""
+        return key in self._on_disk or key in self._dirty or key in self._writing
 
     def _durable(self, key: SessionKey) -> bool:
         session = self._lookup(key)
@@ -169,6 +175,7 @@ class Journal:
 
     async def _commit(self) -> None:
         keys, self._dirty = self._dirty, set()
+        self._writing = keys
         waiters, self._waiters = self._waiters, []
         reserve, self._reserve = self._reserve, 0
         ops: list[Op] = []
@@ -186,6 +193,7 @@ class Journal:
         try:
             await asyncio.to_thread(self._store.apply, ops)
         except Exception as exc:  # a dead journal would hang every caller: tell them all
+            self._writing = set()
             error = exc if isinstance(exc, StoreError) else StoreError(f"journal: {exc!r}")
             self._dirty |= keys  # written by the next transaction that succeeds
             self._reserve = max(self._reserve, reserve)
@@ -193,6 +201,7 @@ class Journal:
                 if not fut.done():
                     fut.set_exception(error)
             return
+        self._writing = set()
         for key, stored in written:
             if stored:
                 self._on_disk.add(key)

@@ -93,3 +93,30 @@ def test_clean_sessions_are_not_written_unless_they_replace_a_record(tmp_path: P
     sessions, _ = store.load()
     assert sessions == []
     store.close()
+
+
+def test_a_clean_session_overwrites_a_record_still_being_written(tmp_path: Path) -> None:
+    """A persistent session's record is in flight when a clean registration replaces it:
+    the clean one's sync must not be skipped, or a restart would resurrect the old session."""
+    table: dict[tuple[str, str], Session] = {}
+    key = ("mp", "racy")
+
+    async def main() -> None:
+        store = SessionStore(tmp_path / "reg", 16 * MB)
+        journal = Journal(store, table.get)
+        table[key] = session("racy", 1)  # persistent
+        first = asyncio.ensure_future(journal.sync(key))
+        await asyncio.sleep(0)  # the journal has taken the key into its transaction
+        while not journal._writing:
+            await asyncio.sleep(0)
+        table[key] = session("racy", 2, session_expiry=0)  # replaced by a clean session
+        second = asyncio.ensure_future(journal.sync(key))
+        await asyncio.gather(first, second)
+        await journal.close()
+        store.close()
+
+    asyncio.run(main())
+    store = SessionStore(tmp_path / "reg", 16 * MB)
+    sessions, _ = store.load()
+    assert sessions == []
+    store.close()
