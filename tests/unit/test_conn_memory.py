@@ -29,6 +29,7 @@ from services.listener.connection import Connection
 from services.listener.mqtt.types import NO_PROPERTIES, Connect
 from services.listener.server import ListenerMetrics
 from services.listener.session.actions import Ended, Register
+from services.listener.session.auth import AllowAll
 from services.listener.session.core import Session
 from services.listener.session.limits import SessionLimits
 
@@ -38,25 +39,6 @@ SESSION_BUDGET = 800
 CONNECTION_BUDGET = 3_700
 """Bytes per idle connection in the listener process, uvloop's transport (~1,200)
 included: ~3,000 today [~9,100 before]."""
-
-
-class AllowAll:
-    """An authorizer that answers at once and remembers nothing (no memory of its own)."""
-
-    def authenticate(
-        self, client_id: str, username: str | None, password: bytes | None, peer: str
-    ) -> int:
-        return 0
-
-    def authorize_publish(
-        self, client_id: str, username: str | None, mountpoint: str, topic: str
-    ) -> bool:
-        return True
-
-    def authorize_subscribe(
-        self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
-    ) -> bool:
-        return True
 
 
 @pytest.fixture
