@@ -76,6 +76,8 @@ _PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(
 _log_published = log.emitter("message.published")
 _log_delivered = log.emitter("message.delivered")
 _log_acked = log.emitter("message.acked")
+_log_connected = log.emitter("client.connected")
+_log_disconnected = log.emitter("client.disconnected")
 
 
 class Connection(asyncio.Protocol):
@@ -388,8 +390,7 @@ class Connection(asyncio.Protocol):
             # the session closed itself without an Ended (e.g. protocol error after CONNACK)
             self._ended_action(Ended("closed", self.session.session_expiry if self.session else 0))
         if not was_closed and self.sid is not None:
-            log.emit(
-                "client.disconnected",
+            _log_disconnected(
                 client_id=self.sid[1],
                 mountpoint=self.sid[0],
                 peer=self.peer,
@@ -430,8 +431,7 @@ class Connection(asyncio.Protocol):
         )
         if ok and self.sid is not None:
             s = self.session
-            log.emit(
-                "client.connected",
+            _log_connected(
                 client_id=self.sid[1],
                 mountpoint=self.sid[0],
                 peer=self.peer,
@@ -560,8 +560,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._flush()
         if self.sid is not None and self.epoch:
-            log.emit(
-                "client.disconnected",
+            _log_disconnected(
                 client_id=self.sid[1],
                 mountpoint=self.sid[0],
                 peer=self.peer,
