@@ -42,6 +42,16 @@ class RegistryUnavailable(Exception):
         self.reason = reason
 
 
+class _NeverOpened(Exception):
+    """The stream failed before the registry answered (``initial_metadata`` of a failed
+    call returns instead of raising): not connected, not even for a moment."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+
 class _Pending:
     __slots__ = ("abandoned", "deadline", "done", "op")
 
@@ -147,6 +157,8 @@ class RegistryClient:
                 code, reason = "STREAM_ENDED", "the registry closed the stream"
             except grpc.aio.AioRpcError as exc:
                 code, reason = exc.code().name, str(exc.details())
+            except _NeverOpened as exc:
+                code, reason = exc.code, exc.reason
             else:
                 backoff = 0.05
             self.connected.clear()
@@ -188,6 +200,8 @@ class RegistryClient:
         call = self.stub.Connections(requests())
         try:
             await call.initial_metadata()  # sent by the registry as the stream opens
+            if call.done():  # no registry: the call ended before any metadata came
+                raise _NeverOpened((await call.code()).name, str(await call.details()))
             self.connected.set()
             async for batch in call:
                 self._answer(batch)

@@ -121,7 +121,9 @@ async def _watch_registry(
                 registry_pb2.WatchRequest(listener_id=broker.listener_id, node=broker.node)
             )
             await call.initial_metadata()
-            if broken:
+            # a call that failed (no registry) returns from initial_metadata too: only a
+            # stream the registry opened is a restarted registry
+            if broken and not call.done():
                 # a restarted registry marked our sessions offline: it would not know to take
                 # them over, so two connections could share a client id. Drop ours; clients
                 # reconnect and register again.

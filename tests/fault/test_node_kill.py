@@ -174,3 +174,32 @@ def test_a_clean_session_does_not_inherit_subscriptions_across_a_node_kill(
         assert "orphan" not in targets and "orphan-keeper" in targets
     finally:
         node.stop()
+
+
+def test_a_registry_restart_drops_the_clients_it_no_longer_knows(tmp_path: Path) -> None:
+    """SIGKILL the registry alone: the supervisor restarts it, and the listener closes the
+    connections the new registry cannot know (clean sessions are not on disk), so no two
+    connections can share a client id; clients reconnect and register again."""
+    import os
+    import signal
+
+    node = make_node(tmp_path / "n")
+    node.start()
+    port = node.mqtt_port
+    try:
+        old = Client("regkill", port).connect()
+        pid = node.get_json("/status")["children"]["registry"]["pid"]  # type: ignore[index]
+        os.kill(pid, signal.SIGKILL)
+        assert old.disconnected.wait(30), "the listener kept a connection the registry lost"
+        old.disconnect()
+        node.wait_healthy()
+        again = Client("regkill", port).connect()
+        pub = Client("regkill-pub", port).connect()
+        again.subscribe("regkill/t", 1)
+        pub.publish("regkill/t", b"after", qos=1, tag=1)
+        assert [m.payload for m in again.take(1)] == [b"after"]
+        for c in (again, pub):
+            c.disconnect()
+        assert any(e["child"] == "registry" for e in node.events("service.crashed"))
+    finally:
+        node.stop()

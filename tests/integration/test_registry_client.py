@@ -137,6 +137,9 @@ def test_a_dead_registry_fails_pending_ops_and_the_stream_comes_back(
         assert isinstance(failed, RegistryUnavailable) and failed.code != "DEADLINE_EXCEEDED"
         refused = await outcome(client, register_op("meanwhile"))
         assert isinstance(refused, RegistryUnavailable)
+        # reconnect attempts fail meanwhile; none may look connected, not even for a moment
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.connected.wait(), 1.5)
         await asyncio.to_thread(node.start)
         await asyncio.wait_for(client.connected.wait(), 15)
         again = await outcome(client, register_op("after"))
