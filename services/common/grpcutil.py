@@ -6,6 +6,7 @@ collide with when several nodes or test runs share a machine, and faster than TC
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -125,13 +126,29 @@ class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
 
 def rpc_failed(target: str, method: str, exc: grpc.aio.AioRpcError, level: str = "warning") -> None:
     """Log a failed call to a sibling service as the catalogue's ``rpc.failed``."""
+    rpc_failed_as(target, method, exc.code().name, str(exc.details()), level)
+
+
+def rpc_failed_as(target: str, method: str, code: str, reason: str, level: str = "warning") -> None:
+    """:func:`rpc_failed` for failures that are not an ``AioRpcError`` (a refused write,
+    a stream that ended, a deadline of our own)."""
     from services.common import log
 
-    log.emit(
-        "rpc.failed",
-        level,
-        target=target,
-        method=method,
-        code=exc.code().name,
-        reason=str(exc.details()),
-    )
+    log.emit("rpc.failed", level, target=target, method=method, code=code, reason=reason)
+
+
+class Pacer:
+    """Batches on a long-lived stream leave at most every ``window`` seconds: when the last
+    one left moments ago (busy), the next waits for the rest of the window and so carries
+    more; when idle it leaves at once. Used on both sides of ``Registry.Connections``."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._last = 0.0
+
+    async def wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        early = self._last + self.window - loop.time()
+        if early > 0:
+            await asyncio.sleep(early)
+        self._last = loop.time()

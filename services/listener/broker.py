@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from services.common import log
-from services.common.grpcutil import rpc_failed
+from services.common.grpcutil import rpc_failed, rpc_failed_as
 from services.common.metrics import Registry
 from services.listener import convert
 from services.listener.durable import Countdown, Queued
@@ -567,9 +567,7 @@ def _log_put_failure(fut: asyncio.Future[Any]) -> None:
 
 
 def _registry_failed(method: str, exc: RegistryUnavailable) -> None:
-    log.emit(
-        "rpc.failed", "warning", target="registry", method=method, code=exc.code, reason=exc.reason
-    )
+    rpc_failed_as("registry", method, exc.code, exc.reason)
 
 
 def _disconnected_reported(result: registry_pb2.ConnectionResult | RegistryUnavailable) -> None:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from services.common import log
+from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 
 _WINDOW = 0.001  # s: a batch leaves at most this soon after the previous one
@@ -35,16 +35,6 @@ Done = Callable[["Result | RegistryUnavailable"], None]
 
 class RegistryUnavailable(Exception):
     """The registry did not answer an op (stream down, broken, or deadline passed)."""
-
-    def __init__(self, code: str, reason: str) -> None:
-        super().__init__(f"{code}: {reason}")
-        self.code = code
-        self.reason = reason
-
-
-class _NeverOpened(Exception):
-    """The stream failed before the registry answered (``initial_metadata`` of a failed
-    call returns instead of raising): not connected, not even for a moment."""
 
     def __init__(self, code: str, reason: str) -> None:
         super().__init__(f"{code}: {reason}")
@@ -157,20 +147,13 @@ class RegistryClient:
                 code, reason = "STREAM_ENDED", "the registry closed the stream"
             except grpc.aio.AioRpcError as exc:
                 code, reason = exc.code().name, str(exc.details())
-            except _NeverOpened as exc:
+            except RegistryUnavailable as exc:  # failed before the registry answered
                 code, reason = exc.code, exc.reason
             else:
                 backoff = 0.05
             self.connected.clear()
             self._fail_all(code, reason)
-            log.emit(
-                "rpc.failed",
-                "warning",
-                target="registry",
-                method="Connections",
-                code=code,
-                reason=reason,
-            )
+            rpc_failed_as("registry", "Connections", code, reason)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
@@ -182,17 +165,13 @@ class RegistryClient:
             # gRPC asks for the next message only once the previous one is written: what
             # was submitted meanwhile leaves as one batch, so batches grow with the load
             # and a lone CONNECT still leaves at once.
-            loop = asyncio.get_running_loop()
-            last = 0.0
+            pacer = Pacer(_WINDOW)
             while True:
                 await self._wake.wait()
-                early = last + _WINDOW - loop.time()
-                if early > 0:  # busy: the last batch left moments ago, let this one fill
-                    await asyncio.sleep(early)
+                await pacer.wait()
                 if generation != self._generation:
                     return  # a dead stream's writer must not take the new stream's ops
                 self._wake.clear()
-                last = loop.time()
                 if self._unsent:
                     ops, self._unsent = self._unsent, []
                     yield registry_pb2.ConnectionOps(ops=ops)
@@ -200,8 +179,8 @@ class RegistryClient:
         call = self.stub.Connections(requests())
         try:
             await call.initial_metadata()  # sent by the registry as the stream opens
-            if call.done():  # no registry: the call ended before any metadata came
-                raise _NeverOpened((await call.code()).name, str(await call.details()))
+            if call.done():  # no registry: a failed call returns here too, never "connected"
+                raise RegistryUnavailable((await call.code()).name, str(await call.details()))
             self.connected.set()
             async for batch in call:
                 self._answer(batch)

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from services.common import log
-from services.common.grpcutil import CHANNEL_OPTIONS
+from services.common.grpcutil import CHANNEL_OPTIONS, rpc_failed_as
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
 from services.registry.leadership import SessionKey
 from services.registry.records import SUBS_PREFIX, pb_key
@@ -51,6 +50,12 @@ class BackendError(Exception):
         self.store_epoch = store_epoch  # the queue's epoch when the msgstore refused ours
 
 
+def _logged(err: BackendError) -> BackendError:
+    """Every BackendError is also an ``rpc.failed`` event."""
+    rpc_failed_as(err.target, err.method, err.code, err.reason)
+    return err
+
+
 class Backends:
     def __init__(self, msgstore_address: str, gossip_address: str, rpc_timeout: float) -> None:
         self.timeout = rpc_timeout
@@ -66,21 +71,10 @@ class Backends:
             return await fn(request, timeout=self.timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             err = BackendError(target, method, exc.code().name, exc.details() or "")
-        log.emit(
-            "rpc.failed", "warning", target=target, method=method, code=err.code, reason=err.reason
-        )
-        raise err
+        raise _logged(err)
 
     def _refuse(self, method: str, state: msgstore_pb2.QueueState) -> BackendError:
-        log.emit(
-            "rpc.failed",
-            "warning",
-            target="msgstore",
-            method=method,
-            code="REFUSED",
-            reason=state.error,
-        )
-        return BackendError("msgstore", method, "REFUSED", state.error, state.epoch)
+        return _logged(BackendError("msgstore", method, "REFUSED", state.error, state.epoch))
 
     async def open_queue(self, step: OpenQueue) -> msgstore_pb2.QueueState:
         request = msgstore_pb2.OpenRequest(
@@ -145,15 +139,7 @@ class Backends:
             err = BackendError("gossip", "Watch", "STREAM_ENDED", "no snapshot_done")
         finally:
             call.cancel()
-        log.emit(
-            "rpc.failed",
-            "warning",
-            target="gossip",
-            method="Watch",
-            code=err.code,
-            reason=err.reason,
-        )
-        raise err
+        raise _logged(err)
 
     async def close(self) -> None:
         await self._msgstore_channel.close(None)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from services.common import log
+from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 from services.registry.records import from_pb_key, to_info
 from services.registry.registrar import RC_CLIENT_ID_INVALID, RC_UNSPECIFIED, Registrar
@@ -127,16 +127,12 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
             wake.set()
 
         reader = asyncio.create_task(read())
-        loop = asyncio.get_running_loop()
-        last = 0.0
+        pacer = Pacer(RESULTS_WINDOW)
         try:
             while True:
                 await wake.wait()
-                early = last + RESULTS_WINDOW - loop.time()
-                if early > 0:  # busy: the last batch left moments ago, let this one fill
-                    await asyncio.sleep(early)
+                await pacer.wait()
                 wake.clear()
-                last = loop.time()
                 if finished:
                     out = registry_pb2.ConnectionResults(results=finished)
                     finished.clear()
@@ -162,14 +158,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
             elif kind == "disconnected":
                 result.disconnected.CopyFrom(await self.Disconnected(op.disconnected, context))
         except Exception as exc:  # answered as failed below; logged, not hidden
-            log.emit(
-                "rpc.failed",
-                "error",
-                target="registry",
-                method=f"Connections.{kind}",
-                code="INTERNAL",
-                reason=repr(exc),
-            )
+            rpc_failed_as("registry", f"Connections.{kind}", "INTERNAL", repr(exc), "error")
             if kind == "register":
                 result.register.reason = f"internal error: {exc!r}"
                 result.register.reason_code = RC_UNSPECIFIED
