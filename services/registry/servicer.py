@@ -15,7 +15,7 @@ from services.registry.sessions import Connect
 from services.registry.watchers import WatchHub
 
 MAX_LISTED = 100_000  # Sessions with limit 0 lists at most this many
-RESULTS_WINDOW = 0.001  # s: Connections results leave at most this soon after the last batch
+RESULTS_WINDOW = 0.005  # s: as the listener's ops window (registry_client._WINDOW)
 
 
 class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc]
