@@ -142,14 +142,7 @@ class Broker:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            log.emit(
-                "rpc.failed",
-                "error",
-                target="listener",
-                method=task.get_name(),
-                code=type(exc).__name__,
-                reason=str(exc),
-            )
+            rpc_failed_as("listener", task.get_name(), type(exc).__name__, str(exc), "error")
 
     def is_online(self, sid: SubscriberId) -> bool:
         return sid in self.sessions

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from services.common import log
+from services.common.grpcutil import rpc_failed_as
 from services.listener import convert
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
@@ -216,9 +216,7 @@ class StoreClient:
     def _broken(self, code: str, reason: str) -> None:
         self.connected.clear()
         self._fail_all(f"{code}: {reason}")
-        log.emit(
-            "rpc.failed", "warning", target="msgstore", method="Stream", code=code, reason=reason
-        )
+        rpc_failed_as("msgstore", "Stream", code, reason)
 
     async def _session(self) -> None:
         self._sender_error = None

@@ -23,6 +23,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from services.common import log
+from services.common.grpcutil import rpc_failed_as
 from services.common.metrics import Registry
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
@@ -254,25 +255,21 @@ class Registrar:
                 epoch=step.new_epoch,
             )
             if watcher is None:
-                log.emit(
-                    "rpc.failed",
-                    "warning",
-                    target=f"listener:{step.listener_id}",
-                    method="Takeover",
-                    code="UNAVAILABLE",
-                    reason="the listener has no Watch stream",
+                rpc_failed_as(
+                    f"listener:{step.listener_id}",
+                    "Takeover",
+                    "UNAVAILABLE",
+                    "the listener has no Watch stream",
                 )
                 return
             answered = await _first(done, watcher.closed, self.cfg.takeover_timeout)
             if not answered:
                 self._takeover_timeouts.inc()
-                log.emit(
-                    "rpc.failed",
-                    "warning",
-                    target=f"listener:{step.listener_id}",
-                    method="Takeover",
-                    code="DEADLINE_EXCEEDED",
-                    reason=f"no Disconnected within {self.cfg.takeover_timeout:g}s; going ahead",
+                rpc_failed_as(
+                    f"listener:{step.listener_id}",
+                    "Takeover",
+                    "DEADLINE_EXCEEDED",
+                    f"no Disconnected within {self.cfg.takeover_timeout:g}s; going ahead",
                 )
         finally:
             if self._waiters.get((step.key, step.old_epoch)) is done:
