@@ -27,14 +27,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast, get_args
+from typing import TYPE_CHECKING, Any, cast
 
 from services.common import log
 from services.listener.loop_timers import timers_of
 from services.listener.mqtt.decoder import Decoder
 from services.listener.mqtt.encoder import encode
 from services.listener.mqtt.errors import MQTTError
-from services.listener.mqtt.types import Connect, Disconnect, Packet
+from services.listener.mqtt.types import Connect, Disconnect, Packet, Publish
 from services.listener.preauth import ConnectionAuth
 from services.listener.session.actions import (
     Acked,
@@ -68,9 +68,6 @@ if TYPE_CHECKING:
 
 _BUDGET = 200  # packets handled per connection per event-loop turn
 FLOW_MAX_HOLD = 1.0  # s: a subscriber that does not drain in this time holds nobody back
-
-# Metric label of each packet class (not ``__name__.upper()`` per packet).
-_PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(Packet)}
 
 # The per-message events, compiled once (fields in catalogue order, see log.emitter).
 _log_published = log.emitter("message.published")
@@ -332,7 +329,7 @@ class Connection(asyncio.Protocol):
                 self._held = packets[i:]
                 self._check_password(pkt)
                 return True
-            self.metrics.packets_in.labels(_PACKET_NAMES[type(pkt)]).inc()
+            self.metrics.packets_in[type(pkt)].inc()
             self.execute(session.handle_packet(pkt, now))
             if self.closed:
                 return True
@@ -530,13 +527,13 @@ class Connection(asyncio.Protocol):
 
     def _send(self, action: Send) -> None:
         assert self.session is not None
-        self.metrics.packets_out.labels(_PACKET_NAMES[type(action.packet)]).inc()
+        self.metrics.packets_out[type(action.packet)].inc()
         self._write(encode(action.packet, self.session.protocol_version))
 
     def _send_publish(self, action: SendPublish) -> None:
         assert self.session is not None
         out = action.delivery
-        self.metrics.packets_out.labels("PUBLISH").inc()
+        self.metrics.packets_out[Publish].inc()
         if out.seq is not None and out.seq > self._delivered_hi and self.persistent:
             self._delivered_hi = out.seq
         self.broker.delivered_qos[out.qos].inc()
