@@ -176,6 +176,25 @@ class QueueStore:
     def state(self, sid: SessionId) -> QueueState:
         return self.read(sid, 0, keys.SEQ_MAX).state
 
+    def queues(self, after: bytes, limit: int) -> tuple[list[QueueState], bytes]:
+        """At most ``limit`` existing queues in key order, strictly after the cursor
+        ``after`` (b"": from the first), and the cursor of the next page (b"": no more).
+        Tombstones are skipped."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        found: list[QueueState] = []
+        last = b""
+        with self.engine.read() as txn:
+            for k, v in txn.scan(META, after + b"\x00" if after else b""):
+                meta = QueueMeta.decode(v)
+                if not meta.exists:
+                    continue
+                if len(found) == limit:
+                    return found, last
+                found.append(queue_state(txn, keys.split_session(k), k, meta))
+                last = k
+        return found, b""
+
     def stats(self, max_queues: int = 0) -> StoreStats:
         """Totals, and the ``max_queues`` longest queues (a full scan of queue records)."""
         totals = self.totals

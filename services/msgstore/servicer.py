@@ -16,6 +16,8 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import grpc
+
 from services.common import log
 from services.msgstore.committer import Committer
 from services.msgstore.engines.base import StoreError
@@ -38,6 +40,7 @@ from services.msgstore.queue import QueueStore
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
 STREAM_INFLIGHT = 256
+QUEUES_PAGE = 1000  # Queues lists at most this many per call
 
 # A batch handed to the committer: its appends, their (msg_id, qos) for message.queued
 # (empty when message events are off) and the future of its result.
@@ -225,3 +228,14 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             bytes=stats.bytes,
             top=[state_to_pb(s) for s in stats.top],
         )
+
+    async def Queues(
+        self, request: msgstore_pb2.QueuesRequest, context: Any
+    ) -> msgstore_pb2.QueuesReply:
+        limit = min(request.limit or QUEUES_PAGE, QUEUES_PAGE)
+        try:
+            found, after = await asyncio.to_thread(self.store.queues, request.after, limit)
+        except StoreError as exc:
+            log.emit("store.error", "warning", op="queues", reason=str(exc))
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"store error: {exc}")
+        return msgstore_pb2.QueuesReply(queues=[state_to_pb(s) for s in found], next=after)

@@ -189,3 +189,19 @@ class StatsReply(_message.Message):
     bytes: int
     top: _containers.RepeatedCompositeFieldContainer[QueueState]
     def __init__(self, queues: _Optional[int] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., top: _Optional[_Iterable[_Union[QueueState, _Mapping]]] = ...) -> None: ...
+
+class QueuesRequest(_message.Message):
+    __slots__ = ("after", "limit")
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    after: bytes
+    limit: int
+    def __init__(self, after: _Optional[bytes] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class QueuesReply(_message.Message):
+    __slots__ = ("queues", "next")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueState]
+    next: bytes
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueState, _Mapping]]] = ..., next: _Optional[bytes] = ...) -> None: ...

@@ -59,6 +59,11 @@ class MsgStoreStub:
                 request_serializer=services_dot_pb_dot_msgstore__pb2.StatsRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_msgstore__pb2.StatsReply.FromString,
                 _registered_method=True)
+        self.Queues = channel.unary_unary(
+                '/ternmq.msgstore.MsgStore/Queues',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.QueuesRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.QueuesReply.FromString,
+                _registered_method=True)
 
 
 class MsgStoreServicer:
@@ -97,6 +102,14 @@ class MsgStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Queues(self, request, context):
+        """Existing queues in key order, a page at a time (a restarted registry looks for queues
+        of sessions it does not know).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MsgStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +137,11 @@ def add_MsgStoreServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=services_dot_pb_dot_msgstore__pb2.StatsRequest.FromString,
                     response_serializer=services_dot_pb_dot_msgstore__pb2.StatsReply.SerializeToString,
+            ),
+            'Queues': grpc.unary_unary_rpc_method_handler(
+                    servicer.Queues,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.QueuesRequest.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.QueuesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +279,33 @@ class MsgStore:
             '/ternmq.msgstore.MsgStore/Stats',
             services_dot_pb_dot_msgstore__pb2.StatsRequest.SerializeToString,
             services_dot_pb_dot_msgstore__pb2.StatsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Queues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.MsgStore/Queues',
+            services_dot_pb_dot_msgstore__pb2.QueuesRequest.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.QueuesReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,7 +9,7 @@ turns into a refused CONNECT or a later retry — never a crash.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -110,6 +110,18 @@ class Backends:
         if state.error:
             raise self._refuse("Delete", state)
         return state
+
+    async def queue_pages(self) -> AsyncIterator[list[msgstore_pb2.QueueState]]:
+        """Every existing msgstore queue, a page (one call, one deadline) at a time."""
+        after = b""
+        while True:
+            reply: msgstore_pb2.QueuesReply = await self._call(
+                "msgstore", "Queues", self.msgstore.Queues, msgstore_pb2.QueuesRequest(after=after)
+            )
+            yield list(reply.queues)
+            if not reply.next:
+                return
+            after = reply.next
 
     async def put_meta(self, ops: list[gossip_pb2.MetaOp]) -> None:
         await self._call("gossip", "Put", self.gossip.Put, gossip_pb2.PutRequest(ops=ops))

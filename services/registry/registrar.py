@@ -409,6 +409,7 @@ class Registrar:
         self.table.raise_epoch(reserved)
         recovered = self.table.load(sessions, self.clock())
         await self._drop_orphan_subs()
+        await self._drop_orphan_queues()
         if not recovered:
             return
         await self.journal.sync(*(s.key for s in recovered))
@@ -456,6 +457,36 @@ class Registrar:
                 await self.backends.put_meta(subs_ops(orphans[start : start + RECOVERY_BATCH]))
             except BackendError:
                 return  # logged
+
+    async def _drop_orphan_queues(self) -> None:
+        """Delete the msgstore queues of sessions the table does not hold.
+
+        A persistent registration opens its queue before its record is journaled: a
+        registry killed in between leaves a queue for an id it will not know, which nobody
+        reads and, if the id only ever comes back clean, nobody deletes. Its client never
+        got a CONNACK for it and never subscribed with it, so nothing acknowledged to it is
+        lost. Deleted with the reserved epoch, at or above every epoch issued before the
+        restart (a queue with a newer one, from a wiped registry, is refused and kept). Only
+        keys this registry leads, as for subscriptions.
+        """
+        orphans: list[SessionKey] = []
+        try:
+            async for page in self.backends.queue_pages():
+                for queue in page:
+                    key = (queue.key.mountpoint, queue.key.client_id)
+                    if (
+                        self.table.get(key) is None
+                        and decide(self.view, key, self.cfg.allow_register_during_netsplit).act
+                    ):
+                        orphans.append(key)
+        except BackendError:
+            return  # logged; the msgstore is not up, the next restart tries again
+        for key in orphans:
+            try:
+                await self.backends.delete_queue(DeleteQueue(key, self.reserved, "orphan"))
+            except BackendError as exc:
+                if exc.code != "REFUSED":
+                    return  # logged, as above
 
     def details(self) -> dict[str, object]:
         return {

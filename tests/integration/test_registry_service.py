@@ -52,6 +52,7 @@ class CallLog:
     lock: threading.Lock = field(default_factory=threading.Lock)
     fail_open: bool = False
     subs: dict[bytes, str] = field(default_factory=dict)  # gossip's subs: key -> owner node
+    queues: dict[tuple[str, str], int] = field(default_factory=dict)  # the store's: -> epoch
 
     def add(self, name: str, request: Any) -> None:
         with self.lock:
@@ -78,11 +79,30 @@ class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
         self.calls.add("Open", request)
         if self.calls.fail_open:
             context.abort(grpc.StatusCode.UNAVAILABLE, "fake store is down")
+        if request.create:
+            with self.calls.lock:
+                self.calls.queues[(request.key.mountpoint, request.key.client_id)] = request.epoch
         return msgstore_pb2.QueueState(key=request.key, exists=True, epoch=request.epoch)
 
     def Delete(self, request: Any, context: Any) -> Any:
         self.calls.add("Delete", request)
+        with self.calls.lock:
+            self.calls.queues.pop((request.key.mountpoint, request.key.client_id), None)
         return msgstore_pb2.QueueState(key=request.key, exists=False, epoch=request.epoch)
+
+    def Queues(self, request: Any, context: Any) -> Any:
+        """One page with every queue (the registry pages through ``next``)."""
+        self.calls.add("Queues", request)
+        with self.calls.lock:
+            found = sorted(self.calls.queues.items())
+        return msgstore_pb2.QueuesReply(
+            queues=[
+                msgstore_pb2.QueueState(
+                    key=common_pb2.SessionKey(mountpoint=mp, client_id=cid), exists=True, epoch=e
+                )
+                for (mp, cid), e in found
+            ]
+        )
 
 
 class FakeGossip(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
@@ -447,6 +467,25 @@ def test_a_restart_drops_the_subscriptions_of_sessions_it_does_not_know(
     assert subs_deleted(node.calls, "c8") == 2
     assert not node.disconnected("c8", clean.epoch, no_subscriptions=True)
     assert subs_deleted(node.calls, "c8") == 2
+
+
+def test_a_restart_deletes_the_queues_of_sessions_it_does_not_know(
+    make_node: Callable[..., Node],
+) -> None:
+    """A queue opened for a registration the registry never journaled (it died in between)
+    is deleted before the restarted registry serves; known sessions' queues are kept."""
+    node = make_node()
+    kept = node.register("p1")
+    assert kept.ok and ("", "p1") in node.calls.queues
+    node.calls.queues[("", "lost")] = kept.epoch + 1  # opened, then the registry died
+    node.kill()
+    node.start()
+    deletes = [(r.key.client_id, r.reason) for r in node.calls.of("Delete")]
+    assert deletes == [("lost", "orphan")]
+    (delete,) = node.calls.of("Delete")
+    assert delete.epoch >= kept.epoch + 1  # the reserved epoch fences the orphan out
+    assert set(node.calls.queues) == {("", "p1")}
+    assert node.register("lost").ok  # the id registers afresh
 
 
 def test_connections_stream_answers_ops_in_batches(make_node: Callable[..., Node]) -> None:

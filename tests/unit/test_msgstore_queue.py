@@ -285,6 +285,38 @@ def test_read_after_seq_and_limits(h: Harness) -> None:
     assert h.store.read(C1, 0, 2**64 - 1).entries == []
 
 
+def test_queues_pages_existing_queues_in_key_order_without_tombstones(h: Harness) -> None:
+    names = [("", f"q{i}") for i in range(5)] + [("mp", "a")]
+    for sid in names:
+        h.open(sid, epoch=3, create=True)
+    h.delete(("", "q2"), epoch=3)
+    h.append(b"x", b"y", sid=("", "q4"), epoch=3)
+    seen: list[QueueState] = []
+    after = b""
+    pages = 0
+    while True:
+        page, after = h.store.queues(after, 2)
+        assert len(page) <= 2
+        seen.extend(page)
+        pages += 1
+        if not after:
+            break
+    assert [s.session for s in seen] == [
+        ("", "q0"),
+        ("", "q1"),
+        ("", "q3"),
+        ("", "q4"),
+        ("mp", "a"),
+    ]
+    assert pages == 3
+    assert all(s.exists and s.epoch == 3 for s in seen)
+    assert [s.count for s in seen if s.session == ("", "q4")] == [2]
+    everything, after = h.store.queues(b"", 100)
+    assert len(everything) == 5 and after == b""
+    with pytest.raises(ValueError):
+        h.store.queues(b"", 0)
+
+
 def test_stats_totals_and_longest_queues_survive_restart(h: Harness) -> None:
     h.open(C1, create=True)
     h.open(C2, create=True)
