@@ -27,9 +27,10 @@ from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 
 # s: a batch leaves at most this soon after the previous one. A stream message costs each
-# side some 0.1 ms of CPU (gRPC's threads and wake-ups) however few ops it carries: at 1 ms
-# a connect storm spent a third of the listener's CPU on them. 5 ms adds at most that to a
-# CONNECT during a storm and nothing when idle (the first batch after a pause leaves at once).
+# side some 0.3 ms of CPU (gRPC's threads and wake-ups; bench/rpc_cost.py) however few ops
+# it carries: at 1 ms a connect storm spent a quarter to a third of the listener's CPU on
+# them. 5 ms adds at most that to a CONNECT during a storm and nothing when idle (the first
+# batch after a pause leaves at once); wider windows starve the handshakes in flight.
 _WINDOW = 0.005
 
 LateRegister = Callable[[registry_pb2.RegisterRequest, registry_pb2.RegisterReply], None]
