@@ -467,7 +467,10 @@ class Registrar:
         got a CONNACK for it and never subscribed with it, so nothing acknowledged to it is
         lost. Deleted with the reserved epoch, at or above every epoch issued before the
         restart (a queue with a newer one, from a wiped registry, is refused and kept). Only
-        keys this registry leads, as for subscriptions.
+        keys this registry leads, as for subscriptions — which, like that sweep, trusts
+        ``self.view`` at start-up: true on one node (the only mode built so far); with
+        clustering, recovery must wait for the membership view, or a queue of a session led
+        by another node's registry would look orphaned here.
         """
         orphans: list[SessionKey] = []
         try:
