@@ -153,19 +153,19 @@ class Broker:
         the answer comes back as a callback, which is most of what makes a CONNECT cheap)."""
         sid = (req.mountpoint, req.client_id)
         connect = req.connect
-        op = registry_pb2.ConnectionOp(
-            register=registry_pb2.RegisterRequest(
-                key=common_pb2.SessionKey(mountpoint=req.mountpoint, client_id=req.client_id),
-                node=self.node,
-                listener_id=self.listener_id,
-                clean_start=req.clean_start,
-                session_expiry=req.session_expiry,
-                proto_ver=connect.protocol_version,
-                peer=conn.peer,
-                username=connect.username or "",
-                max_offline_messages=self._max_offline,
-            )
-        )
+        # Filled in place: nested keyword construction copies each sub-message (4x dearer).
+        op = registry_pb2.ConnectionOp()
+        r = op.register
+        r.key.mountpoint = req.mountpoint
+        r.key.client_id = req.client_id
+        r.node = self.node
+        r.listener_id = self.listener_id
+        r.clean_start = req.clean_start
+        r.session_expiry = req.session_expiry
+        r.proto_ver = connect.protocol_version
+        r.peer = conn.peer
+        r.username = connect.username or ""
+        r.max_offline_messages = self._max_offline
         self.registry_client.submit(
             op, lambda result: self._registered(conn, sid, req.session_expiry, result)
         )
@@ -279,17 +279,16 @@ class Broker:
     def _report_ended(
         self, sid: SubscriberId, epoch: int, expiry: int, reason: str, taken_over: bool
     ) -> None:
-        op = registry_pb2.ConnectionOp(
-            disconnected=registry_pb2.DisconnectedRequest(
-                key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]),
-                epoch=epoch,
-                listener_id=self.listener_id,
-                session_expiry=expiry,
-                reason=reason,
-                taken_over=taken_over,
-                no_subscriptions=sid not in self._subscribed,
-            )
-        )
+        op = registry_pb2.ConnectionOp()  # filled in place, as in ``register``
+        d = op.disconnected
+        d.key.mountpoint = sid[0]
+        d.key.client_id = sid[1]
+        d.epoch = epoch
+        d.listener_id = self.listener_id
+        d.session_expiry = expiry
+        d.reason = reason
+        d.taken_over = taken_over
+        d.no_subscriptions = sid not in self._subscribed
         if sid not in self.sessions:
             self._subscribed.discard(sid)
         self.registry_client.submit(op, _disconnected_reported)
