@@ -253,13 +253,12 @@ class Broker:
                 self.trie.remove_all(sid)
         # Acks and marks of this connection are durable, and its subscriptions in gossip,
         # before the registry may end the session (a clean one's end needs no task).
-        flush = self.store.flush()
         writes = self._subs_writes.get(sid)
         args = (sid, conn.epoch, action.session_expiry, action.reason, action.taken_over)
-        if flush.done() and not writes:
+        if self.store.settled() and not writes:
             self._report_ended(*args)
         else:
-            self.spawn(self._ended_later(flush, writes or [], *args), "ended")
+            self.spawn(self._ended_later(self.store.flush(), writes or [], *args), "ended")
 
     async def _ended_later(
         self,

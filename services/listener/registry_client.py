@@ -73,6 +73,9 @@ class RegistryClient:
         self._wake = asyncio.Event()  # ops are waiting to be sent
         self._generation = 0  # which stream is current (an old one's writer may linger)
         self._tasks: list[asyncio.Task[None]] = []
+        # Kept from start(): asyncio.get_running_loop() costs a getpid() on Python 3.11,
+        # and submit runs twice per connection.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self.connected = asyncio.Event()
 
@@ -82,7 +85,7 @@ class RegistryClient:
 
         ``done`` is called exactly once, from the event loop (never from inside submit).
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         if not self.connected.is_set():
             loop.call_soon(done, RegistryUnavailable("UNAVAILABLE", "no stream to the registry"))
             return
@@ -131,6 +134,7 @@ class RegistryClient:
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._tasks = [
             asyncio.create_task(self._run(), name="registry-stream"),
             asyncio.create_task(self._expire(), name="registry-deadlines"),

@@ -174,6 +174,11 @@ class StoreClient:
         self._open.ops += 1
         self._wakeup.set()
 
+    def settled(self) -> bool:
+        """Nothing written is unanswered: what :meth:`flush` would return is done already
+        (checked without making a future, on every connection's end)."""
+        return not self._open.ops and not self._inflight
+
     def flush(self) -> asyncio.Future[None]:
         """A future resolved when everything written so far is answered (or failed)."""
         batch = self._open
