@@ -184,7 +184,7 @@ class StoreClient:
         batch = self._open
         if batch.done is None:
             batch.done = asyncio.get_running_loop().create_future()
-        if batch.ops == 0 and not self._inflight:
+        if self.settled():
             fut = batch.done
             batch.done = None
             fut.set_result(None)
