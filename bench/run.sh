@@ -189,7 +189,7 @@ PY
 }
 
 run_one() {  # REP SCENARIO BROKER
-  local rep=$1 s=$2 b=$3 d line rss0 cpu0 cpu1 peakf sampler spy="" alive=1 restarts=0 status
+  local rep=$1 s=$2 b=$3 d line rss0 cpu0 cpu1 peakf sampler probe spy="" alive=1 restarts=0 status
   local -a ticks0=() detail=()
   local alive_left=""
   local load ok=1 why=""
@@ -206,6 +206,8 @@ run_one() {  # REP SCENARIO BROKER
     peakf="$d/rss-peak"; echo "$rss0" > "$peakf"
     rss_sampler "$peakf" $((RUN_TIMEOUT + 5)) "${NODE_PIDS[@]}" &
     sampler=$!
+    "$PY" "$HERE/speed_probe.py" "$d/speed.json" --limit $((RUN_TIMEOUT + 5)) &
+    probe=$!
     if [ "${PYSPY:-0}" = 1 ] && [ "${b#ternmq}" != "$b" ]; then
       # start sampling once the handshakes are done, for PYSPY_SECONDS of the publish phase
       ( sleep 1.5; exec timeout $((PYSPY_SECONDS + 20)) "$ROOT/.venv/bin/py-spy" record \
@@ -221,7 +223,7 @@ run_one() {  # REP SCENARIO BROKER
     for i in "${!NODE_PIDS[@]}"; do  # name:cpu ticks during the run:RSS KiB at the end
       detail+=("${NODE_NAMES[i]:-pid${NODE_PIDS[i]}}:$(( $(cpu_ticks "${NODE_PIDS[i]}") - ticks0[i] )):$(rss_kb "${NODE_PIDS[i]}")")
     done
-    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    kill "$sampler" "$probe" 2>/dev/null; wait "$sampler" "$probe" 2>/dev/null
     if [ "${b#ternmq}" != "$b" ]; then
       status=$(curl -s -m 5 "127.0.0.1:$TERNMQ_HTTP/status" || true)
       echo "$status" > "$d/status-end.json"
@@ -250,7 +252,8 @@ except Exception: print(-1)' <<< "$status")
     --node-cpu-s "$(( ${cpu1:-0} - ${cpu0:-0} ))" --clk-tck "$(getconf CLK_TCK)" \
     --node-detail "${detail[*]}" \
     --alive "$alive" --restarts "$restarts" --profiled "$([ -n "$spy" ] && echo 1 || echo 0)" \
-    --metrics "$d/metrics.txt" --note "$why" --evidence "$EVIDENCE/$s-$b-$rep" <<< "$line")
+    --metrics "$d/metrics.txt" --speed "$d/speed.json" \
+    --note "$why" --evidence "$EVIDENCE/$s-$b-$rep" <<< "$line")
   echo "$line" | tee -a "$OUT"
   if [ "${KEEP:-0}" = 1 ] || [[ "$line" == *'"failed": true'* ]]; then
     mkdir -p "$EVIDENCE/$s-$b-$rep"

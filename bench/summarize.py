@@ -145,6 +145,7 @@ def wrap(argv: Sequence[str]) -> int:
     p.add_argument("--restarts", type=_int, default=0)
     p.add_argument("--profiled", type=_int, default=0)
     p.add_argument("--metrics", type=Path, help="the node's /metrics text at the end of the run")
+    p.add_argument("--speed", type=Path, help="speed_probe.py's output for the run")
     p.add_argument("--note", default="")
     p.add_argument("--evidence", default="")
     a = p.parse_args(argv)
@@ -177,10 +178,22 @@ def wrap(argv: Sequence[str]) -> int:
         "warnings": warnings,
         "evidence": a.evidence if failed else None,
         "metrics": key_metrics(a.metrics),
+        "speed": read_speed(a.speed),
         "r": r,
     }
     print(json.dumps(rec))
     return 0
+
+
+def read_speed(path: Path | None) -> Record | None:
+    """speed_probe.py's figures for the run, or None (older runs, or the probe died)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        data: Record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if data.get("n") else None
 
 
 # ------------------------------------------------------------------ tables
@@ -266,6 +279,12 @@ def node_mib(rec: Record) -> float | None:
 
 def node_cpu(rec: Record) -> float | None:
     return float(rec["node"]["cpu_s"])
+
+
+def probe_ms(rec: Record) -> float | None:
+    """Median time of speed_probe.py's fixed loop during the run (lower: faster CPU)."""
+    speed = rec.get("speed")
+    return float(speed["p50_ms"]) if speed else None
 
 
 @dataclass(frozen=True)
@@ -392,6 +411,7 @@ DETAIL_PUBSUB: list[tuple[str, Getter, int]] = [
     ("mqload CPU %", field("self_cpu_pct"), 0),
     ("measured proc RSS end MiB", field("broker_rss_after_kb", 1 / 1024), 1),
     ("node RSS peak MiB", node_mib, 1),
+    ("CPU probe ms", probe_ms, 2),
 ]
 DETAIL_CONNS: list[tuple[str, Getter, int]] = [
     ("connected", field("connected"), 0),
@@ -404,6 +424,7 @@ DETAIL_CONNS: list[tuple[str, Getter, int]] = [
     ("node RSS peak MiB", node_mib, 1),
     ("node KiB/conn", node_per_conn, 1),
     ("measured proc CPU s for connects", field("broker_cpu_connect_s"), 2),
+    ("CPU probe ms", probe_ms, 2),
 ]
 
 
@@ -437,6 +458,27 @@ def detail_table(s: str, groups: dict[tuple[str, str], list[Record]]) -> list[st
     if notes:
         out += [*notes, ""]
     return out
+
+
+def speed_lines(runs: list[Record]) -> list[str]:
+    """How fast the CPU ran during each broker's runs (speed_probe.py), if recorded."""
+    by_broker: dict[str, list[float]] = defaultdict(list)
+    for r in runs:
+        ms = probe_ms(r)
+        if ms is not None:
+            by_broker[r["broker"]].append(ms)
+    if not by_broker:
+        return []
+    fastest = min(min(v) for v in by_broker.values())
+    parts = [
+        f"{b} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+        for b, v in sorted(by_broker.items())
+    ]
+    return [
+        "CPU probe during the runs (median ms of a fixed interpreted loop, lower is faster; "
+        f"fastest run {fastest:.2f}): " + ", ".join(parts),
+        "",
+    ]
 
 
 def proc_split(rs: list[Record]) -> str:
@@ -478,6 +520,7 @@ def tables(runs: list[Record], metas: list[Record], include_profiled: bool) -> s
             f"median {statistics.median(loads):.2f}, max {max(loads):.2f}",
             "",
         ]
+    out += speed_lines(runs)
     out += ["## Summary (medians; min-max in brackets)", ""]
     out += [*summary_table(groups, scenarios), ""]
     out += ["## Details", ""]
