@@ -310,9 +310,13 @@ class Broker:
             self._report_ended(sid, old_epoch, 0, "taken_over", True)
 
     # -- publish ---------------------------------------------------------------------
-    def route(self, msg: Message, conn: Connection | None, token: int | None) -> None:
-        """Deliver ``msg`` to every matching session; answer ``conn`` when durable."""
-        self._published[msg.qos].inc()
+    def route(
+        self, msg: Message, conn: Connection | None, token: int | None, internal: bool = False
+    ) -> None:
+        """Deliver ``msg`` to every matching session; answer ``conn`` when durable.
+        ``internal``: the broker's own message ($SYS), not counted as published."""
+        if not internal:
+            self._published[msg.qos].inc()
         countdown = Countdown(conn, token, self) if token is not None and conn is not None else None
         if msg.retain:
             self._update_retained(msg, countdown)

@@ -283,8 +283,17 @@ SETTINGS: list[Setting] = [
         "Accept UNSUBSCRIBE on the minority side of a partition.",
     ),
     # -- $SYS --------------------------------------------------------------------------
-    Setting("systree_enabled", "bool", "on", "Publish broker metrics under $SYS/<node>/."),
-    Setting("systree_interval", "duration", "20s", "How often $SYS topics are published."),
+    Setting(
+        "systree_enabled",
+        "bool",
+        "on",
+        "Publish every service's metrics as QoS 0 messages under $SYS/<nodename>/ (e.g. "
+        "ternmq_messages_published_total{qos=1} as $SYS/<nodename>/messages/published/"
+        "total/qos/1), as VerneMQ's systree does.",
+    ),
+    Setting(
+        "systree_interval", "duration", "20s", "How often the $SYS messages go out (0 = never)."
+    ),
 ]
 
 _OPTION_NAMES = {

@@ -28,8 +28,9 @@ from services.common.grpcutil import (
     rpc_failed,
     service_address,
 )
-from services.common.metrics import Child, Registry
+from services.common.metrics import Child, Registry, SampleValue
 from services.common.service import started
+from services.listener import systree
 from services.listener.auth.authorizer import Authorizer, from_config
 from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
@@ -188,6 +189,13 @@ async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> a
     )
 
 
+def _own_samples(metrics: Registry) -> systree.Source:
+    async def samples() -> list[SampleValue]:
+        return metrics.samples()
+
+    return samples
+
+
 async def serve(config: Config, stop: asyncio.Event) -> None:
     node = config["nodename"]
     metrics = Registry()
@@ -250,6 +258,15 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         servers.append(await _start_tcp(lst, factory, config["listener.reuse_port"]))
         started(f"mqtt://{lst.host}:{lst.port}")
     broker.accepting = True
+    if config["systree_enabled"]:
+        sources: list[systree.Source] = [_own_samples(metrics)]
+        sources += [systree.admin_source(name, chan) for name, chan in channels.items()]
+        tasks.append(
+            asyncio.create_task(
+                systree.run(broker, node, config["systree_interval"], sources, stop),
+                name="systree",
+            )
+        )
     started(admin_addr)
 
     await stop.wait()

@@ -25,6 +25,7 @@ PURE = [
     "services/listener/mqtt",
     "services/listener/session",
     "services/listener/routing",
+    "services/listener/systree_topics.py",
     "services/gossip/crdt",
     "services/msgstore/queue.py",
     "services/msgstore/keys.py",

@@ -1,0 +1,75 @@
+"""``$SYS`` topics: the node's metrics published as MQTT messages (VerneMQ's systree).
+
+Every ``systree_interval`` the listener gathers the metrics of all four services (its
+own registry, and the others' through their Admin RPC, as ``/metrics`` does) and
+publishes each sample as a QoS 0, non-retained message from the broker itself, so
+``mosquitto_sub -t '$SYS/<nodename>/#'`` shows what ``/metrics`` shows; topic names are
+in ``systree_topics``. ``#`` and ``+/...`` subscribers never see them [MQTT-4.7.2-1];
+``systree_enabled = off`` (or an interval of 0) stops them. A service that does not
+answer is left out of that round and the round still goes out: monitoring must not stop
+because one service is restarting. They are not counted as published messages (those
+are the clients'), only as delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+import grpc
+
+from services.common.grpcutil import rpc_failed
+from services.common.metrics import SampleValue
+from services.listener.session.messages import Message
+from services.listener.systree_topics import systree_messages
+from services.pb import common_pb2, common_pb2_grpc
+
+if TYPE_CHECKING:
+    from services.listener.broker import Broker
+
+PUBLISHER = "$SYS"  # the client id systree messages are published under
+_RPC_TIMEOUT = 2.0
+
+Source = Callable[[], Awaitable[list[SampleValue]]]
+
+
+def admin_source(service: str, channel: grpc.aio.Channel) -> Source:
+    """The samples of a sibling service, through its Admin RPC (none when it is down)."""
+    stub = common_pb2_grpc.AdminStub(channel)
+
+    async def samples() -> list[SampleValue]:
+        try:
+            reply = await stub.Metrics(common_pb2.MetricsRequest(), timeout=_RPC_TIMEOUT)
+        except grpc.aio.AioRpcError as exc:
+            rpc_failed(service, "Metrics", exc, level="info")
+            return []
+        return [SampleValue(s.name, dict(s.labels), s.value, s.kind, s.help) for s in reply.samples]
+
+    return samples
+
+
+async def publish_round(broker: Broker, node: str, sources: Iterable[Source]) -> int:
+    """Gather every source's samples and route them; returns how many were published."""
+    gathered = await asyncio.gather(*(source() for source in sources))
+    messages = systree_messages(node, (s for samples in gathered for s in samples))
+    now = time.time()
+    for topic, payload in messages:
+        msg = Message(broker.next_msg_id(), topic, payload, 0, False, PUBLISHER, "", now)
+        broker.route(msg, None, None, internal=True)
+    return len(messages)
+
+
+async def run(
+    broker: Broker, node: str, interval: float, sources: list[Source], stop: asyncio.Event
+) -> None:
+    """Publish a round every ``interval`` seconds until ``stop`` is set."""
+    if interval <= 0:
+        return
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+            return
+        await publish_round(broker, node, sources)
