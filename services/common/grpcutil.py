@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from services.common.config import Config
-from services.common.metrics import Registry
+from services.common.metrics import Registry, SampleValue
 from services.pb import common_pb2, common_pb2_grpc
 
 SERVICES = ("listener", "registry", "gossip", "msgstore")
@@ -122,6 +122,11 @@ class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
         for s in self.metrics.samples():
             reply.samples.add(name=s.name, labels=s.labels, value=s.value, kind=s.kind, help=s.help)
         return reply
+
+
+def samples_from_pb(reply: common_pb2.MetricsReply) -> list[SampleValue]:
+    """A service's samples as its ``Admin.Metrics`` sent them (the reverse of the above)."""
+    return [SampleValue(s.name, dict(s.labels), s.value, s.kind, s.help) for s in reply.samples]
 
 
 def rpc_failed(target: str, method: str, exc: grpc.aio.AioRpcError, level: str = "warning") -> None:

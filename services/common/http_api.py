@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 
 from services.common.config import Config
-from services.common.grpcutil import CHANNEL_OPTIONS, service_address
+from services.common.grpcutil import CHANNEL_OPTIONS, samples_from_pb, service_address
 from services.common.metrics import SampleValue, render_prometheus
 from services.listener.routing.topics import topic_matches
 from services.pb import (
@@ -71,10 +71,9 @@ class NodeClient:
                 reply = stub.Metrics(common_pb2.MetricsRequest(), timeout=_RPC_TIMEOUT)
             except grpc.RpcError:
                 continue
-            for s in reply.samples:
-                labels = dict(s.labels)
-                labels.setdefault("service", name)
-                out.append(SampleValue(s.name, labels, s.value, s.kind, s.help))
+            for sample in samples_from_pb(reply):
+                sample.labels.setdefault("service", name)
+                out.append(sample)
         return out
 
     def sessions(self, client_id: str) -> list[dict[str, Any]]:

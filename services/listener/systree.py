@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from services.common.grpcutil import rpc_failed
+from services.common.grpcutil import rpc_failed, samples_from_pb
 from services.common.metrics import SampleValue
 from services.listener.session.messages import Message
 from services.listener.systree_topics import systree_messages
@@ -46,7 +46,7 @@ def admin_source(service: str, channel: grpc.aio.Channel) -> Source:
         except grpc.aio.AioRpcError as exc:
             rpc_failed(service, "Metrics", exc, level="info")
             return []
-        return [SampleValue(s.name, dict(s.labels), s.value, s.kind, s.help) for s in reply.samples]
+        return samples_from_pb(reply)
 
     return samples
 
@@ -72,4 +72,9 @@ async def run(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
             return
-        await publish_round(broker, node, sources)
+        try:
+            await publish_round(broker, node, sources)
+        except Exception as exc:  # a bug: reported as asyncio reports one, the next round goes on
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "a $SYS round failed", "exception": exc}
+            )
