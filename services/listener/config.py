@@ -43,7 +43,9 @@ SETTINGS: list[Setting] = [
         "listener.max_connections",
         "int",
         "0",
-        "Most concurrent connections per listener (0 = unlimited).",
+        "Most concurrent connections per listener and listener process (0 = unlimited); "
+        "past it a new connection is closed before its CONNECT is read, counted in "
+        "ternmq_connections_refused_total and logged as client.rejected.",
         minimum=0,
     ),
     Setting(
@@ -51,16 +53,25 @@ SETTINGS: list[Setting] = [
     ),
     Setting(
         "listener.tcp.proxy_protocol",
-        "bool",
+        "enum",
         "off",
-        "Expect a PROXY protocol v1/v2 header on TCP connections.",
+        "Expect a PROXY protocol v1/v2 header on TCP connections: not built yet, so only "
+        "off is accepted (on would read the header as a malformed MQTT packet).",
+        choices=("off",),
     ),
-    Setting("listener.tcp.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
+    Setting(
+        "listener.tcp.*.proxy_protocol",
+        "enum",
+        "off",
+        "Per-listener PROXY protocol (only off, as above).",
+        choices=("off",),
+    ),
     Setting(
         "listener.tcp.buffer_sizes",
         "size",
         "0",
-        "Socket send/receive buffer size (0 = OS default).",
+        "Send and receive buffer size of every accepted TCP socket, set on the listening "
+        "socket (0 = the OS default, which grows as needed).",
     ),
     Setting(
         "listener.reuse_port",
@@ -313,7 +324,7 @@ class TcpListener:
     mountpoint: str
     allowed_versions: frozenset[int]
     max_connections: int
-    proxy_protocol: bool
+    buffer_size: int
 
 
 def tcp_listeners(config: Any) -> list[TcpListener]:
@@ -341,7 +352,7 @@ def tcp_listeners(config: Any) -> list[TcpListener]:
                 mountpoint=opt("mountpoint"),
                 allowed_versions=frozenset(int(v) for v in opt("allowed_protocol_versions")),
                 max_connections=opt("max_connections"),
-                proxy_protocol=opt("proxy_protocol"),
+                buffer_size=config["listener.tcp.buffer_sizes"],
             )
         )
     return out

@@ -77,6 +77,22 @@ _log_connected = log.emitter("client.connected")
 _log_disconnected = log.emitter("client.disconnected")
 
 
+class ConnectionGate:
+    """Open connections of one listener against its ``max_connections`` (0: no limit)."""
+
+    __slots__ = ("limit", "open")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def admit(self) -> bool:
+        if self.limit and self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+
 class Connection(asyncio.Protocol):
     __slots__ = (
         "_backlog",
@@ -104,6 +120,7 @@ class Connection(asyncio.Protocol):
         "closed",
         "decoder",
         "epoch",
+        "gate",
         "limits",
         "listener",
         "metrics",
@@ -123,8 +140,10 @@ class Connection(asyncio.Protocol):
         authorizer: Authorizer,
         metrics: ListenerMetrics,
         slow_auth: bool = False,
+        gate: ConnectionGate | None = None,
     ) -> None:
         self.broker = broker
+        self.gate = gate
         self.listener = listener
         self.limits = limits
         # the password check runs off the loop (preauth) only when it may be slow
@@ -166,6 +185,9 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.gate is not None and not self.gate.admit():
+            self._refuse("max_connections")
+            return
         # TCP_NODELAY: uvloop and asyncio both set it on every TCP transport already
         self.transport.set_write_buffer_limits(high=self.limits_pending())
         self.metrics.connections.inc()
@@ -173,6 +195,24 @@ class Connection(asyncio.Protocol):
             self.limits, self.authorizer, self.peer, self.broker.msg_id_source, time.time()
         )
         self.execute(self.session.start(time.time()))
+
+    def _refuse(self, reason: str) -> None:
+        """Close before anything is read (VerneMQ's answer to a full listener): no session,
+        so ``connection_lost`` has nothing to undo."""
+        self.closed = True
+        self.metrics.refused.labels(reason).inc()
+        log.emit(
+            "client.rejected",
+            "warning",
+            client_id="",
+            peer=self.peer,
+            reason=reason,
+            reason_code=0,
+            proto_ver=0,
+        )
+        log.flush()  # as in _flush: the event reaches the OS before the client sees the close
+        assert self.transport is not None
+        self.transport.close()
 
     def limits_pending(self) -> int:
         return int(self.broker.config["max_pending_bytes"])
@@ -371,6 +411,10 @@ class Connection(asyncio.Protocol):
         return False  # close the transport; connection_lost does the rest
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.session is None:  # refused in connection_made: nothing was counted
+            return
+        if self.gate is not None:
+            self.gate.open -= 1
         self.metrics.connections.inc(-1)
         if self._timers:
             timers = timers_of(self._loop)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from typing import Any, get_args
 
 import grpc
@@ -35,7 +36,7 @@ from services.listener.auth.authorizer import Authorizer, from_config
 from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
 from services.listener.config import TcpListener, tcp_listeners
-from services.listener.connection import Connection
+from services.listener.connection import Connection, ConnectionGate
 from services.listener.mqtt.types import Packet
 from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
@@ -72,6 +73,11 @@ class ListenerMetrics:
         self.bytes_out = m.counter("bytes_sent_total", "Bytes sent to clients").labels()
         self.protocol_errors = m.counter(
             "protocol_errors_total", "Connections closed for malformed or forbidden packets"
+        )
+        self.refused = m.counter(
+            "connections_refused_total",
+            "Connections closed before their CONNECT was read (max_connections)",
+            ["reason"],
         )
 
 
@@ -184,9 +190,14 @@ async def _reload_auth(authorizer: Any, interval: float, stop: asyncio.Event) ->
 
 async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(
+    server = await loop.create_server(
         factory, listener.host, listener.port, reuse_port=reuse_port, backlog=4096
     )
+    if listener.buffer_size:  # accepted sockets inherit them from the listening socket
+        for sock in server.sockets:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, listener.buffer_size)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, listener.buffer_size)
+    return server
 
 
 def _own_samples(metrics: Registry) -> systree.Source:
@@ -252,8 +263,14 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     for lst in tcp_listeners(config):
         limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
 
-        def factory(lst: TcpListener = lst, limits: SessionLimits = limits) -> Connection:
-            return Connection(broker, lst, limits, authorizer, lm, slow_auth)
+        gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
+
+        def factory(
+            lst: TcpListener = lst,
+            limits: SessionLimits = limits,
+            gate: ConnectionGate | None = gate,
+        ) -> Connection:
+            return Connection(broker, lst, limits, authorizer, lm, slow_auth, gate)
 
         servers.append(await _start_tcp(lst, factory, config["listener.reuse_port"]))
         started(f"mqtt://{lst.host}:{lst.port}")
