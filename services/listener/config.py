@@ -201,9 +201,11 @@ SETTINGS: list[Setting] = [
     ),
     Setting(
         "allow_multiple_sessions",
-        "bool",
+        "enum",
         "off",
-        "Not supported: a client id always has one live session (takeover).",
+        "Not supported: a client id always has one live session (takeover), so only off "
+        "is accepted.",
+        choices=("off",),
     ),
     Setting(
         "keepalive_factor",

@@ -41,14 +41,18 @@ SETTINGS: list[Setting] = [
         "msgstore.replication_factor",
         "int",
         "1",
-        "Copies of each persistent queue (R). 1 = no replication.",
+        "Copies of each persistent queue (R). 1 = no replication. Replicated queues are "
+        "not built yet, so only 1 is accepted: more would promise copies that are not made.",
         minimum=1,
+        maximum=1,
     ),
     Setting(
         "msgstore.write_quorum",
         "int",
         "1",
-        "Copies that must be durable before a publisher is acknowledged (W <= R).",
+        "Copies that must be durable before a publisher is acknowledged (W <= R); "
+        "only 1 until replicated queues are built.",
         minimum=1,
+        maximum=1,
     ),
 ]

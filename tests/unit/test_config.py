@@ -130,3 +130,18 @@ def test_listener_limits_and_buffer_sizes_reach_the_listener() -> None:
     assert listeners["a"].max_connections == 2
     assert listeners["default"].max_connections == 10
     assert {lst.buffer_size for lst in listeners.values()} == {65536}
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("msgstore.replication_factor = 3", "must be at most 1"),
+        ("msgstore.write_quorum = 2", "must be at most 1"),
+        ("allow_multiple_sessions = on", "expected one of off"),
+    ],
+)
+def test_features_not_built_cannot_be_switched_on(line: str, reason: str) -> None:
+    """Accepting these would promise queue copies or parallel sessions that never exist."""
+    with pytest.raises(ConfigError) as info:
+        parse_text(schema(), line + "\n", "x.conf")
+    assert reason in str(info.value.problems[0])
