@@ -53,19 +53,12 @@ SETTINGS: list[Setting] = [
     ),
     Setting(
         "listener.tcp.proxy_protocol",
-        "enum",
+        "bool",
         "off",
-        "Expect a PROXY protocol v1/v2 header on TCP connections: not built yet, so only "
-        "off is accepted (on would read the header as a malformed MQTT packet).",
-        choices=("off",),
+        "Every connection starts with a PROXY protocol v1 or v2 header (HAProxy, AWS NLB): "
+        "its source address becomes the client's peer; a connection without one is closed.",
     ),
-    Setting(
-        "listener.tcp.*.proxy_protocol",
-        "enum",
-        "off",
-        "Per-listener PROXY protocol (only off, as above).",
-        choices=("off",),
-    ),
+    Setting("listener.tcp.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
     Setting(
         "listener.tcp.buffer_sizes",
         "size",
@@ -327,6 +320,7 @@ class TcpListener:
     allowed_versions: frozenset[int]
     max_connections: int
     buffer_size: int
+    proxy_protocol: bool = False
 
 
 def tcp_listeners(config: Any) -> list[TcpListener]:
@@ -355,6 +349,7 @@ def tcp_listeners(config: Any) -> list[TcpListener]:
                 allowed_versions=frozenset(int(v) for v in opt("allowed_protocol_versions")),
                 max_connections=opt("max_connections"),
                 buffer_size=config["listener.tcp.buffer_sizes"],
+                proxy_protocol=opt("proxy_protocol"),
             )
         )
     return out

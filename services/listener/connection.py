@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from services.common import log
+from services.listener import proxy_protocol
 from services.listener.loop_timers import timers_of
 from services.listener.mqtt.decoder import Decoder
 from services.listener.mqtt.encoder import encode
@@ -111,6 +112,7 @@ class Connection(asyncio.Protocol):
         "_held_error",
         "_loop",
         "_preauth",
+        "_proxy",
         "_resume_buffer",
         "_timers",
         "_wbuf",
@@ -178,6 +180,8 @@ class Connection(asyncio.Protocol):
         self._flow_timer: asyncio.TimerHandle | None = None  # when we stop holding them
         self._flow_slow = False  # did not drain in FLOW_MAX_HOLD: holds nobody back
         self.appending = 0  # queue appends for this session the store has not answered yet
+        # bytes of a PROXY header still being read (listener.tcp.proxy_protocol), else None
+        self._proxy: bytes | None = b"" if listener.proxy_protocol else None
 
     # -- asyncio protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -195,6 +199,33 @@ class Connection(asyncio.Protocol):
             self.limits, self.authorizer, self.peer, self.broker.msg_id_source, time.time()
         )
         self.execute(self.session.start(time.time()))
+
+    def _proxy_header(self, buf: bytes) -> bytes:
+        """Read the PROXY header off the stream's start; what follows it is MQTT."""
+        assert self.session is not None
+        try:
+            header = proxy_protocol.parse(buf)
+        except proxy_protocol.ProxyHeaderError as exc:
+            self.metrics.protocol_errors.inc()
+            log.emit(
+                "protocol.error",
+                "warning",
+                client_id="",
+                peer=self.peer,
+                reason=str(exc),
+                reason_code=0,
+            )
+            log.flush()  # as in _flush: the event reaches the OS before the client sees the close
+            self._close(Close(str(exc), 0))
+            return b""
+        if header is None:
+            self._proxy = buf
+            return b""
+        self._proxy = None
+        if header.source is not None:
+            host, port = header.source
+            self.peer = self.session.peer = f"{host}:{port}"
+        return buf[header.consumed :]
 
     def _refuse(self, reason: str) -> None:
         """Close before anything is read (VerneMQ's answer to a full listener): no session,
@@ -222,6 +253,10 @@ class Connection(asyncio.Protocol):
         if session is None or self.closed:
             return
         self.metrics.bytes_in.inc(len(data))
+        if self._proxy is not None:
+            data = self._proxy_header(self._proxy + data)
+            if not data:
+                return
         error: MQTTError | None = None
         try:
             packets = self.decoder.feed(data)

@@ -105,31 +105,18 @@ def test_shipped_default_conf_is_fresh() -> None:
     parse_text(schema(), shipped)  # all commented: parses to defaults
 
 
-def test_proxy_protocol_on_is_refused_until_it_is_built() -> None:
-    """A listener told to expect PROXY headers would read them as malformed MQTT: refuse
-    the setting at start-up rather than accept it and do nothing."""
-    with pytest.raises(ConfigError) as info:
-        parse_text(schema(), "listener.tcp.proxy_protocol = on\n", "x.conf")
-    assert str(info.value.problems[0]).startswith(
-        "x.conf:1: listener.tcp.proxy_protocol: expected one of off"
-    )
-    with pytest.raises(ConfigError):
-        parse_text(
-            schema(), "listener.tcp.a = 127.0.0.1:2000\nlistener.tcp.a.proxy_protocol = on\n"
-        )
-    parse_text(schema(), "listener.tcp.proxy_protocol = off\n")
-
-
 def test_listener_limits_and_buffer_sizes_reach_the_listener() -> None:
     cfg = parse_text(
         schema(),
         "listener.max_connections = 10\nlistener.tcp.buffer_sizes = 64KB\n"
-        "listener.tcp.a = 127.0.0.1:2000\nlistener.tcp.a.max_connections = 2\n",
+        "listener.tcp.a = 127.0.0.1:2000\nlistener.tcp.a.max_connections = 2\n"
+        "listener.tcp.a.proxy_protocol = on\n",
     )
     listeners = {lst.name: lst for lst in tcp_listeners(cfg)}
     assert listeners["a"].max_connections == 2
     assert listeners["default"].max_connections == 10
     assert {lst.buffer_size for lst in listeners.values()} == {65536}
+    assert listeners["a"].proxy_protocol and not listeners["default"].proxy_protocol
 
 
 @pytest.mark.parametrize(

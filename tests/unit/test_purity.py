@@ -26,6 +26,7 @@ PURE = [
     "services/listener/session",
     "services/listener/routing",
     "services/listener/systree_topics.py",
+    "services/listener/proxy_protocol.py",
     "services/gossip/crdt",
     "services/msgstore/queue.py",
     "services/msgstore/keys.py",
