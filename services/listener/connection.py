@@ -206,17 +206,7 @@ class Connection(asyncio.Protocol):
         try:
             header = proxy_protocol.parse(buf)
         except proxy_protocol.ProxyHeaderError as exc:
-            self.metrics.protocol_errors.inc()
-            log.emit(
-                "protocol.error",
-                "warning",
-                client_id="",
-                peer=self.peer,
-                reason=str(exc),
-                reason_code=0,
-            )
-            log.flush()  # as in _flush: the event reaches the OS before the client sees the close
-            self._close(Close(str(exc), 0))
+            self._protocol_error(exc, time.time())
             return b""
         if header is None:
             self._proxy = buf
@@ -230,7 +220,6 @@ class Connection(asyncio.Protocol):
     def _refuse(self, reason: str) -> None:
         """Close before anything is read (VerneMQ's answer to a full listener): no session,
         so ``connection_lost`` has nothing to undo."""
-        self.closed = True
         self.metrics.refused.labels(reason).inc()
         log.emit(
             "client.rejected",
@@ -241,9 +230,7 @@ class Connection(asyncio.Protocol):
             reason_code=0,
             proto_ver=0,
         )
-        log.flush()  # as in _flush: the event reaches the OS before the client sees the close
-        assert self.transport is not None
-        self.transport.close()
+        self._close(Close(reason))
 
     def limits_pending(self) -> int:
         return int(self.broker.config["max_pending_bytes"])

@@ -19,14 +19,17 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from services.listener.mqtt.errors import MalformedPacket
+
 V1_PREFIX = b"PROXY "
 V1_MAX = 107  # the longest v1 line, CRLF included
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 V2_MAX = 16 + 1024  # fixed part + addresses and TLVs we are willing to buffer
 
 
-class ProxyHeaderError(ValueError):
-    """Not a valid PROXY header: the connection is closed."""
+class ProxyHeaderError(MalformedPacket):
+    """Not a valid PROXY header: the stream is malformed from its first byte, and the
+    connection ends as any malformed stream before CONNECT does (``client.rejected``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,10 +47,14 @@ def test_max_connections_closes_the_extra_connection_and_frees_a_slot(tmp_path: 
         assert _closed_without_connack(node.mqtt_port)
         refused = 'ternmq_connections_refused_total{reason="max_connections"'
         wait_for(lambda: _metric(node, refused) >= 1, 10, what="refused counter")
-        rejected = [
-            e for e in node.events("client.rejected") if e.get("reason") == "max_connections"
-        ]
-        assert rejected and rejected[0]["client_id"] == ""
+
+        def rejected() -> list[dict[str, object]]:
+            return [
+                e for e in node.events("client.rejected") if e.get("reason") == "max_connections"
+            ]
+
+        wait_for(lambda: rejected(), 10, what="client.rejected for max_connections")
+        assert rejected()[0]["client_id"] == ""
 
         clients[0].disconnect()  # a slot frees up when a connection ends
         wait_for(lambda: _metric(node, "ternmq_connections{") == 2, 10, what="2 connections")
