@@ -129,7 +129,9 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
     ) -> AsyncIterator[msgstore_pb2.StoreBatchResult]:
         waiting: asyncio.Queue[_Waiting | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self.inflight)
-        reader = asyncio.create_task(self._read(request_iterator, waiting, slots))
+        stream = object()  # this call, as the committer knows it
+        self.committer.stream_opened(stream)
+        reader = asyncio.create_task(self._read(request_iterator, waiting, slots, stream))
         self.streams += 1
         try:
             while (item := await waiting.get()) is not None:
@@ -143,6 +145,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             await reader  # re-raises what ended the request stream, if it failed
         finally:
             self.streams -= 1
+            self.committer.stream_closed(stream)
             if not reader.done():
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -153,6 +156,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         requests: AsyncIterator[msgstore_pb2.StoreBatch],
         waiting: asyncio.Queue[_Waiting | None],
         slots: asyncio.Semaphore,
+        stream: object,
     ) -> None:
         try:
             async for batch in requests:
@@ -160,7 +164,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                 logged: list[tuple[str, int]] = []
                 try:
                     job = batch_from_pb(batch, logged if log.message_events_enabled() else None)
-                    future = self.committer.submit(job)
+                    future = self.committer.submit(job, stream)
                     waiting.put_nowait((job.appends, logged, future))
                 except ValueError as exc:  # refused before it reaches the store
                     future = asyncio.get_running_loop().create_future()

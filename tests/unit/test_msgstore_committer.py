@@ -105,6 +105,46 @@ def test_no_delay_commits_without_waiting() -> None:
     run(body, max_delay=0)
 
 
+def test_a_group_does_not_wait_once_every_open_stream_has_a_batch_in_it() -> None:
+    """A listener sends its next batch only when this one is answered: waiting for more
+    from it is pure latency. A stream with nothing pending is still waited for."""
+
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        a, b = object(), object()
+        c.stream_opened(a)
+        c.stream_opened(b)
+        start = time.monotonic()
+        await c.submit(batch(1), a)
+        waited = time.monotonic() - start
+        assert waited >= 0.25, f"stream b had nothing pending: the group waits ({waited:.3f}s)"
+        start = time.monotonic()
+        both = [c.submit(batch(2), a), c.submit(batch(3), b)]
+        await asyncio.gather(*both)
+        assert time.monotonic() - start < 0.2, "both streams waited: committed at once"
+        c.stream_closed(b)
+        start = time.monotonic()
+        await c.submit(batch(4), a)
+        assert time.monotonic() - start < 0.2, "the only open stream waited: no delay"
+        assert c.groups == 3
+
+    run(body, max_delay=0.3)
+
+
+def test_closing_the_stream_a_group_waits_for_ends_the_wait() -> None:
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        a, b = object(), object()
+        c.stream_opened(a)
+        c.stream_opened(b)
+        start = time.monotonic()
+        first = c.submit(batch(1), a)
+        await asyncio.sleep(0.05)
+        c.stream_closed(b)
+        await first
+        assert time.monotonic() - start < 1.5, "waited the whole delay for a closed stream"
+
+    run(body, max_delay=3.0)
+
+
 def test_fsync_always_syncs_every_group_before_any_result() -> None:
     seen: list[tuple[int, int]] = []
 
