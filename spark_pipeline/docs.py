@@ -18,6 +18,13 @@ Every service writes one JSON object per line to `log_dir/<service>.jsonl`, rota
 envelope fields below plus the fields of its event. Any field may be missing (read as
 null). Timestamps are UTC ISO-8601 with microseconds, e.g. `2026-11-22T07:05:00.123456Z`.
 
+The listener and the msgstore (`log.spool = on`, the default) do not format their lines
+themselves: they append their events, as records, to `log_dir/spool/<service>.<pid>/`
+before any client sees what an event reports, and a helper process turns them into the
+same lines in the `.jsonl`, up to ~50 ms later. A service killed with SIGKILL loses none
+of them (its helper converts the rest, then exits); a node killed as a whole leaves them
+in the spool, and its next start converts them before anything new.
+
 Versioning: `schema` is `MAJOR.MINOR`. Adding a field bumps MINOR; renaming or removing
 one, or changing its type, bumps MAJOR. The ETL reads each line with an explicit Spark
 schema built from this catalogue (never inferred); a line that is not JSON, lacks a

@@ -94,6 +94,10 @@ class JsonlWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = 0
 
+    def periodic(self) -> None:
+        """What the flusher thread does every 200 ms."""
+        self.flush()
+
     def close(self) -> None:
         with self._lock:
             self._flush_locked()
@@ -102,7 +106,8 @@ class JsonlWriter:
 
 
 class _State:
-    writer: JsonlWriter | None = None
+    writer: JsonlWriter | Any = None  # a JsonlWriter or a logspool.SpoolWriter
+    spool = False  # compiled emitters hand records to the spool unformatted
     node = ""
     service = ""
     node_json = '""'
@@ -177,6 +182,53 @@ _FIELD_FORMATS = {
 }
 
 
+def _line_expr(event: str) -> tuple[list[str], str]:
+    """The field names of ``event`` and the f-string expression of its whole line, given
+    ``t`` (its time) and ``sec`` (``int(t)``, with ``_clock`` ticked to it)."""
+    spec = EVENTS[event]
+    names = list(spec.fields)
+    body = "".join(f',"{n}":' + _FIELD_FORMATS[t] % n for n, t in spec.fields.items())
+    line = (
+        'f\'{{"ts":"{_clock.prefix}{str(int((t - sec) * 1000000)).zfill(6)}Z'
+        + "{_head}"
+        + body
+        + "}}\\n'"
+    )
+    return names, line
+
+
+def _namespace(level: str, event: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {
+        "_state": _state,
+        "_time": time.time,
+        "_clock": _clock,
+        "_esc": encode_basestring_ascii,
+        "_dumps": _dumps,
+        "_console": _console,
+        "_sys": sys,
+    }
+    _set_head(namespace, level, event)
+    _emitters.append((namespace, level, event))
+    return namespace
+
+
+def formatter(event: str, level: str = "info") -> Callable[..., str]:
+    """``f(t, *fields)``: the line a compiled emitter of ``event`` writes at time ``t``.
+    The spool's converter (:mod:`services.common.logspool`) formats spooled records with it."""
+    names, line = _line_expr(event)
+    source = (
+        f"def format_event(t, {', '.join(names)}):\n"
+        "    sec = int(t)\n"
+        "    if sec != _clock.sec:\n"
+        "        _clock.tick(sec)\n"
+        f"    return {line}\n"
+    )
+    namespace = _namespace(level, event)
+    exec(compile(source, f"<formatter {event}>", "exec"), namespace)
+    fn: Callable[..., str] = namespace["format_event"]
+    return fn
+
+
 def emitter(event: str, level: str = "info") -> Callable[..., None]:
     """A fast :func:`emit` for one catalogued event: every field of the catalogue entry
     is a required argument (positional in catalogue order, or by name).
@@ -187,20 +239,14 @@ def emitter(event: str, level: str = "info") -> Callable[..., None]:
     The function is generated from a template (as ``dataclasses`` generates ``__init__``)
     so that the whole line is one f-string; a wrong type raises, as it does in ``emit``.
     """
-    spec = EVENTS[event]
-    names = list(spec.fields)
-    body = "".join(f',"{n}":' + _FIELD_FORMATS[t] % n for n, t in spec.fields.items())
+    names, line = _line_expr(event)
     args = ", ".join(names)
     fields = ", ".join(f"{n}={n}" for n in names)
     # The timestamp is now_iso() inlined; ``_head`` is the envelope after it, a constant
     # refreshed by ``setup`` (see ``_set_head``); the writer's ``write`` is inlined too.
-    # Message events never go to the human-readable console (see ``_console``).
-    line = (
-        'f\'{{"ts":"{_clock.prefix}{str(int((t - sec) * 1000000)).zfill(6)}Z'
-        + "{_head}"
-        + body
-        + "}}\\n'"
-    )
+    # Message events never go to the human-readable console (see ``_console``). With a
+    # spool (``_state.spool``) the line is not formatted here at all: the record goes to
+    # the spool as a tuple and the converter process formats it (see logspool).
     if event.startswith("message."):
         console = "    if _state.console == 'json':\n        _sys.stderr.write(line)\n"
     else:
@@ -211,6 +257,12 @@ def emitter(event: str, level: str = "info") -> Callable[..., None]:
     source = (
         f"def emit_event({args}):\n"
         f"    if {_LEVELS[level]} < _state.level:\n"
+        "        return\n"
+        "    if _state.spool:\n"
+        "        lines = _state.writer.lines\n"
+        f"        lines.append(({level + ' ' + event!r}, _time(), {args}))\n"
+        f"        if len(lines) >= {FLUSH_LINES}:\n"
+        "            _state.writer.flush()\n"
         "        return\n"
         "    t = _time()\n"
         "    sec = int(t)\n"
@@ -225,17 +277,7 @@ def emitter(event: str, level: str = "info") -> Callable[..., None]:
         "            writer.flush()\n"
         f"{console}"
     )
-    namespace: dict[str, Any] = {
-        "_state": _state,
-        "_time": time.time,
-        "_clock": _clock,
-        "_esc": encode_basestring_ascii,
-        "_dumps": _dumps,
-        "_console": _console,
-        "_sys": sys,
-    }
-    _set_head(namespace, level, event)
-    _emitters.append((namespace, level, event))
+    namespace = _namespace(level, event)
     exec(compile(source, f"<emitter {event}>", "exec"), namespace)
     fn: Callable[..., None] = namespace["emit_event"]
     fn.__qualname__ = fn.__name__ = "emit_" + event.replace(".", "_")
@@ -293,8 +335,14 @@ def setup(
     message_events: bool = True,
     rotate_size: int = 100 * 1024 * 1024,
     rotate_keep: int = 10,
+    spool: bool = False,
 ) -> None:
-    """Configure logging for this process; call once at start-up."""
+    """Configure logging for this process; call once at start-up.
+
+    ``spool``: the per-message events are not formatted here but written, as records, to
+    a spool that a helper process turns into the same JSON lines
+    (:mod:`services.common.logspool`); for the services that log several events per
+    message. Not with ``console = json`` (the lines must be formatted here for stderr)."""
     _state.node = node
     _state.service = service
     _state.node_json = json.dumps(node)
@@ -304,8 +352,14 @@ def setup(
     _state.level = _LEVELS[level]
     _state.console = console
     _state.message_events = message_events
-    if log_dir:
+    if log_dir and spool and console != "json":
+        from services.common.logspool import SpoolWriter
+
+        _state.writer = SpoolWriter(Path(log_dir), service, node, rotate_size, rotate_keep)
+        _state.spool = True
+    elif log_dir:
         _state.writer = JsonlWriter(Path(log_dir) / f"{service}.jsonl", rotate_size, rotate_keep)
+    if log_dir:
         if _state.flusher is None:
             _state.stop.clear()
             _state.flusher = threading.Thread(target=_flush_loop, name="log-flush", daemon=True)
@@ -324,7 +378,9 @@ def setup(
 def _flush_loop() -> None:
     while not _state.stop.wait(_FLUSH_PERIOD):
         try:
-            flush()
+            writer = _state.writer
+            if writer is not None:
+                writer.periodic()
         except OSError as exc:  # disk full: say so on stderr, keep serving
             sys.stderr.write(f"ternmq: cannot write the event log: {exc}\n")
 
@@ -337,6 +393,7 @@ def shutdown() -> None:
         except OSError as exc:
             sys.stderr.write(f"ternmq: cannot flush the event log: {exc}\n")
         _state.writer = None
+        _state.spool = False
 
 
 def get_logger(**bound: Any) -> Any:

@@ -64,6 +64,14 @@ NODE_SETTINGS: list[Setting] = [
         "off",
         "Also log per-message events for QoS 0 messages (costly at high rates).",
     ),
+    Setting(
+        "log.spool",
+        "bool",
+        "on",
+        "The listener and msgstore hand their events, unformatted, to a helper process that "
+        "writes the JSON lines (log_dir/spool/ holds them meanwhile), so formatting the "
+        "per-message events costs them nothing. Off: each service formats and writes its own.",
+    ),
     Setting("log.rotate_size", "size", "100MB", "Rotate a service's log file at this size."),
     Setting("log.rotate_keep", "int", "10", "How many rotated log files to keep.", minimum=1),
     Setting(

@@ -27,6 +27,10 @@ EXIT_CONFIG = 2
 EXIT_FAILED = 1
 
 
+# The services that log events per message: formatting those is worth another process.
+SPOOLED = ("listener", "msgstore")
+
+
 def setup_logging(service: str, config: Config) -> None:
     log.setup(
         service=service,
@@ -37,6 +41,7 @@ def setup_logging(service: str, config: Config) -> None:
         message_events=config["log.message_events"],
         rotate_size=config["log.rotate_size"],
         rotate_keep=config["log.rotate_keep"],
+        spool=config["log.spool"] and service in SPOOLED,
     )
 
 

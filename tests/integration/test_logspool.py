@@ -1,0 +1,144 @@
+"""The event-log spool (services/common/logspool.py) with real writer and converter processes:
+the lines are the ones the service would have written itself, in order, and nothing a
+writer flushed is lost when it, or it and its converter, are killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from services.common import log, logspool
+from tests.support.node import wait_for
+
+# A service's logging, alone: N message events with a client event every 100, then a
+# flush; "close" shuts the log down, "hold" prints "flushed" and waits to be killed.
+_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from services.common import log
+    published = log.emitter("message.published")
+    log.setup("listener", "n1@127.0.0.1", sys.argv[1], console="off", spool=sys.argv[3] == "1")
+    for i in range(int(sys.argv[2])):
+        published(f"m{i}", "pub", "t/é\\"", 1, i % 2 == 0, i, "")
+        if i % 100 == 0:
+            log.emit("client.rejected", "warning", client_id="c\\u0000", peer="p",
+                     reason=f"r{i}", reason_code=135, proto_ver=5)
+    log.flush()
+    if sys.argv[4] == "hold":
+        print("flushed", flush=True)
+        time.sleep(60)
+    log.shutdown()
+    """
+)
+
+
+def _writer(log_dir: Path, n: int, spool: bool, mode: str, **kw: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(log_dir), str(n), "1" if spool else "0", mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def _lines(log_dir: Path) -> list[dict[str, object]]:
+    path = log_dir / "listener.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _without_ts(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: v for k, v in r.items() if k != "ts"} for r in rows]
+
+
+def _converters() -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-f", "services.common.logspool"], capture_output=True, text=True
+    ).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_spooled_lines_are_the_lines_the_service_would_have_written(tmp_path: Path) -> None:
+    inline, spooled = tmp_path / "inline", tmp_path / "spooled"
+    for log_dir, spool in ((inline, False), (spooled, True)):
+        assert _writer(log_dir, 1000, spool, "close").wait(30) == 0
+    a, b = _lines(inline), _lines(spooled)
+    assert len(a) == 1010
+    assert _without_ts(a) == _without_ts(b)
+    assert [r["msg_id"] for r in b if r["event"] == "message.published"] == [
+        f"m{i}" for i in range(1000)
+    ]
+    assert not list((spooled / "spool").iterdir()), "a clean close leaves no spool behind"
+
+
+def test_the_formatter_writes_what_the_emitter_writes() -> None:
+    """Same template, same text: one record through both, at a known time."""
+    fields = ("m1", "c\u00e9", "t/\x00", 1, True, 64, "")
+    line = log.formatter("message.published")(1_700_000_000.25, *fields)
+    row = json.loads(line)
+    assert line.endswith("}\n") and line.isascii()
+    assert row["ts"] == "2023-11-14T22:13:20.250000Z"
+    assert (row["event"], row["client_id"], row["topic"], row["retain"]) == (
+        "message.published",
+        "c\u00e9",
+        "t/\x00",
+        True,
+    )
+
+
+def test_a_killed_writer_loses_nothing_it_flushed(tmp_path: Path) -> None:
+    proc = _writer(tmp_path, 5000, True, "hold")
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    wait_for(lambda: len(_lines(tmp_path)) == 5050, 20, what="every flushed line converted")
+    wait_for(lambda: not list((tmp_path / "spool").iterdir()), 20, what="spool removed")
+    published = [r["msg_id"] for r in _lines(tmp_path) if r["event"] == "message.published"]
+    assert published == [f"m{i}" for i in range(5000)]
+
+
+def test_a_spool_left_by_a_killed_node_is_converted_by_the_next_start(tmp_path: Path) -> None:
+    """Writer and converter SIGKILLed together (the node's process group): the next
+    writer's converter converts the leftovers first, each line once."""
+    proc = _writer(tmp_path, 3000, True, "hold", start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    wait_for(lambda: proc.pid not in _converters(), 10, what="converter killed with its group")
+    assert _writer(tmp_path, 10, True, "close").wait(30) == 0
+    wait_for(lambda: len(_lines(tmp_path)) == 3030 + 11, 20, what="leftovers converted")
+    ids = [r["msg_id"] for r in _lines(tmp_path) if r["event"] == "message.published"]
+    assert ids == [f"m{i}" for i in range(3000)] + [f"m{i}" for i in range(10)]
+    assert not list((tmp_path / "spool").iterdir())
+
+
+def test_a_frame_torn_by_a_crash_is_dropped_and_said(tmp_path: Path) -> None:
+    """A dead writer's last frame cut short: the complete frames are converted, the torn
+    one is dropped with a warning, the directory removed."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    spool = logspool.spool_dir(tmp_path, "listener", int(dead.stdout))
+    spool.mkdir(parents=True)
+    good = pickle.dumps(["{}\n", ("info message.acked", 1.0, "m1", "c", 1, 5)])
+    torn = pickle.dumps(["{}\n"] * 10)
+    (spool / "00000000000000000001.seg").write_bytes(
+        len(good).to_bytes(4, "little") + good + len(torn).to_bytes(4, "little") + torn[:9]
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from services.common import logspool, log;"
+         "log.setup('listener', 'n', None, console='off');"
+         "logspool.adopt_orphans(logspool.Path(sys.argv[1]), 'listener',"
+         " lambda lines: sys.stdout.write(''.join(lines)))", str(tmp_path / "spool")],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert rows[0] == {} and rows[1]["event"] == "message.acked" and rows[1]["latency_us"] == 5
+    assert len(rows) == 2
+    assert "torn by a crash dropped" in out.stderr
+    assert not spool.exists()
