@@ -25,6 +25,7 @@ Serve = Callable[[Config, asyncio.Event], Awaitable[None]]
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
+SUPERVISED = "TERNMQ_SUPERVISED"  # set in the environment of a node's children
 
 
 # The services that log events per message: formatting those is worth another process.
@@ -58,8 +59,14 @@ def run(service: str, config: Config, serve: Serve) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if os.environ.get(SUPERVISED):
+            # Ctrl-C reaches the whole foreground process group; the supervisor stops its
+            # children in reverse order (listener first, msgstore last, so nothing the
+            # listener still writes finds the store gone).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            loop.add_signal_handler(signal.SIGINT, stop.set)
         await serve(config, stop)
 
     try:

@@ -29,7 +29,7 @@ import uvloop
 
 from services.common import log
 from services.common.config import Config
-from services.common.service import setup_logging
+from services.common.service import SUPERVISED, setup_logging
 
 ORDER = ("msgstore", "gossip", "registry", "listener")
 _PR_SET_PDEATHSIG = 1
@@ -73,6 +73,7 @@ class Supervisor:
             "--config",
             str(self.conf_path),
             preexec_fn=_die_with_parent,
+            env={**os.environ, SUPERVISED: "1"},
         )
         child.started_at = time.time()
 

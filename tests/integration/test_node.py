@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -108,6 +109,29 @@ def test_sigterm_stops_every_process_within_10s(fresh_node: Node) -> None:
     # a v5 client is told why: DISCONNECT 0x8B server shutting down
     assert c.disconnected.wait(5)
     assert c.disconnect_reason is not None and c.disconnect_reason.value == 0x8B
+
+
+def test_ctrl_c_stops_the_node_in_order_within_10s(fresh_node: Node) -> None:
+    """Ctrl-C signals the whole foreground process group: the services leave the stop to
+    the supervisor, which stops the listener first and the msgstore last (exit 0)."""
+    fresh_node.start()
+    c = Client("ctrl-c", fresh_node.mqtt_port, version=5).connect()
+    assert fresh_node.proc is not None
+    started = time.monotonic()
+    os.killpg(fresh_node.proc.pid, signal.SIGINT)
+    assert fresh_node.proc.wait(timeout=15) == 0
+    assert time.monotonic() - started < 10
+    assert c.disconnected.wait(5)
+    assert c.disconnect_reason is not None and c.disconnect_reason.value == 0x8B
+    stopping = [
+        (str(e["ts"]), str(e["service"]))
+        for e in fresh_node.events("service.stopping")
+        if e["service"] != "node"
+    ]
+    order = [service for _, service in sorted(stopping)]
+    assert order == ["listener", "registry", "gossip", "msgstore"], order
+    assert not list(fresh_node.events("service.crashed"))
+    assert "Traceback" not in fresh_node.output()
 
 
 def test_one_service_alone(tmp_path: Path) -> None:
