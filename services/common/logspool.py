@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 SEGMENT_SIZE = 16 * 1024 * 1024  # a writer starts a new segment past this size
+MAX_SEGMENTS = 16  # more unconverted segments than this and the writer waits (see flush)
+BEHIND_WAIT = 0.005  # s each flush waits while the converter is that far behind
 POLL = 0.05  # s between the converter's passes
 STOP_WAIT = 10.0  # s a closing writer waits for its converter to finish
 NICE = 10  # the converter's niceness
@@ -73,6 +75,7 @@ class SpoolWriter:
         self._lock = threading.Lock()  # held while writing to the segment
         self._fd = -1
         self._size = 0
+        self._behind = False
         self._open_segment()
         self._argv = [
             sys.executable, "-m", "services.common.logspool",
@@ -121,10 +124,17 @@ class SpoolWriter:
         self._size += len(data) + 4
         if self._size >= SEGMENT_SIZE:
             self._open_segment()
+        if self._behind:
+            # The converter runs at a lower priority; on a saturated node it could fall
+            # behind for good and the spool fill the disk. Past MAX_SEGMENTS the service
+            # slows down instead, as it would with a slow disk: the spool stays bounded.
+            time.sleep(BEHIND_WAIT)
 
     def periodic(self) -> None:
-        """From the log's flusher thread: flush, and restart a converter that died."""
+        """From the log's flusher thread: flush, see whether the converter is far behind,
+        and restart it if it died."""
         self.flush()
+        self._behind = sum(1 for _ in self.dir.glob("*.seg")) > MAX_SEGMENTS
         if self._fd >= 0 and self._converter.poll() is not None:
             sys.stderr.write(
                 f"ternmq: log converter exited ({self._converter.returncode}); restarting\n"

@@ -11,7 +11,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+
+import pytest
 
 from services.common import log, logspool
 from tests.support.node import wait_for
@@ -142,3 +145,39 @@ def test_a_frame_torn_by_a_crash_is_dropped_and_said(tmp_path: Path) -> None:
     assert len(rows) == 2
     assert "torn by a crash dropped" in out.stderr
     assert not spool.exists()
+
+
+def test_a_writer_far_ahead_of_its_converter_slows_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spool is bounded: with the converter stopped and more than MAX_SEGMENTS
+    segments waiting, every flush waits; once it has caught up, flushes are quick again."""
+    monkeypatch.setattr(logspool, "SEGMENT_SIZE", 1000)
+    monkeypatch.setattr(logspool, "MAX_SEGMENTS", 3)
+    monkeypatch.setattr(logspool, "BEHIND_WAIT", 0.2)
+    log.setup("listener", "n1", None, console="off")  # the envelope for this process's lines
+    writer = logspool.SpoolWriter(tmp_path, "listener", "n1", 10**8, 2)
+    converter = writer._converter
+    try:
+        os.kill(converter.pid, signal.SIGSTOP)
+        for i in range(6):  # six frames of > 1000 bytes: six segments
+            writer.write(json.dumps({"i": i, "pad": "x" * 1200}) + "\n")
+            writer.flush()
+        writer.periodic()
+        started = time.monotonic()
+        writer.write("{}\n")
+        writer.flush()
+        assert time.monotonic() - started >= 0.2, "a flush far ahead of the converter waits"
+        os.kill(converter.pid, signal.SIGCONT)
+        wait_for(lambda: len(list(writer.dir.glob("*.seg"))) <= 2, 20, what="converter caught up")
+        writer.periodic()
+        started = time.monotonic()
+        writer.write("{}\n")
+        writer.flush()
+        assert time.monotonic() - started < 0.2
+    finally:
+        os.kill(converter.pid, signal.SIGCONT)
+        writer.close()
+    assert [json.loads(x).get("i") for x in (tmp_path / "listener.jsonl").read_text().splitlines()][
+        :6
+    ] == list(range(6))
