@@ -127,7 +127,11 @@ def now_iso() -> str:
 
     Formatting a datetime per event was the single largest cost of logging; the seconds
     part changes once a second, so it is formatted then and reused."""
-    t = time.time()
+    return iso(time.time())
+
+
+def iso(t: float) -> str:
+    """:func:`now_iso` of the time ``t``."""
     sec = int(t)
     if sec != _clock.sec:
         _clock.tick(sec)
@@ -147,11 +151,13 @@ _clock = _Clock()
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
-def _line(level: str, event: str, fields: dict[str, Any]) -> str:
-    """One JSON line; the envelope is formatted directly (its values need no escaping:
-    node and service are escaped once at setup, event names come from the catalogue)."""
+def _line(level: str, event: str, fields: dict[str, Any], t: float | None = None) -> str:
+    """One JSON line (at time ``t``, default now); the envelope is formatted directly (its
+    values need no escaping: node and service are escaped once at setup, event names come
+    from the catalogue)."""
+    ts = now_iso() if t is None else iso(t)
     head = (
-        f'{{"ts":"{now_iso()}","level":"{level}","node":{_state.node_json},'
+        f'{{"ts":"{ts}","level":"{level}","node":{_state.node_json},'
         f'"service":{_state.service_json},"event":"{event}","schema":"{SCHEMA_VERSION}"'
     )
     if not fields:

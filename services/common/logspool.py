@@ -44,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from services.common.log import FLUSH_LINES
+
 SEGMENT_SIZE = 16 * 1024 * 1024  # a writer starts a new segment past this size
 MAX_SEGMENTS = 16  # more unconverted segments than this and the writer waits (see flush)
 BEHIND_WAIT = 0.005  # s each flush waits while the converter is that far behind
@@ -103,7 +105,7 @@ class SpoolWriter:
 
     def write(self, line: str) -> None:
         self.lines.append(line)
-        if len(self.lines) >= 256:
+        if len(self.lines) >= FLUSH_LINES:
             self.flush()
 
     def flush(self) -> None:
@@ -240,7 +242,17 @@ class Converter:
 
             level, event = key.split(" ", 1)
             fmt = self._formatters[key] = log.formatter(event, level)
-        return fmt(t, *fields)
+        try:
+            return fmt(t, *fields)
+        except (TypeError, ValueError) as exc:
+            # A field of the wrong type (the inline emitter raises at the call site): keep
+            # the event, written as emit() writes any, and say so rather than crash in a loop.
+            from services.common import log
+            from services.common.events import EVENTS
+
+            level, event = key.split(" ", 1)
+            sys.stderr.write(f"ternmq: log converter: {event}: {exc}\n")
+            return log._line(level, event, dict(zip(EVENTS[event].fields, fields, strict=True)), t)
 
 
 def _alive(pid: int) -> bool:

@@ -122,12 +122,19 @@ def test_a_spool_left_by_a_killed_node_is_converted_by_the_next_start(tmp_path: 
 
 def test_a_frame_torn_by_a_crash_is_dropped_and_said(tmp_path: Path) -> None:
     """A dead writer's last frame cut short: the complete frames are converted, the torn
-    one is dropped with a warning, the directory removed."""
+    one is dropped with a warning, the directory removed. A record with a field of the
+    wrong type is kept, written as emit() writes any event."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     spool = logspool.spool_dir(tmp_path, "listener", int(dead.stdout))
     spool.mkdir(parents=True)
-    good = pickle.dumps(["{}\n", ("info message.acked", 1.0, "m1", "c", 1, 5)])
+    good = pickle.dumps(
+        [
+            "{}\n",
+            ("info message.acked", 1.0, "m1", "c", 1, 5),
+            ("info message.acked", 2.0, 7, "c", 1, 5),  # a str field given an int
+        ]
+    )
     torn = pickle.dumps(["{}\n"] * 10)
     (spool / "00000000000000000001.seg").write_bytes(
         len(good).to_bytes(4, "little") + good + len(torn).to_bytes(4, "little") + torn[:9]
@@ -142,7 +149,9 @@ def test_a_frame_torn_by_a_crash_is_dropped_and_said(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert rows[0] == {} and rows[1]["event"] == "message.acked" and rows[1]["latency_us"] == 5
-    assert len(rows) == 2
+    assert rows[2]["msg_id"] == 7 and rows[2]["ts"] == "1970-01-01T00:00:02.000000Z"
+    assert "message.acked" in out.stderr  # the wrong type is said, the event kept
+    assert len(rows) == 3
     assert "torn by a crash dropped" in out.stderr
     assert not spool.exists()
 
