@@ -57,6 +57,7 @@ def test_a_fast_publisher_is_paced_to_a_slow_subscriber(node: Node) -> None:
         time.sleep(0.04)
     assert got == list(range(TOTAL))
     wait_for(lambda: len(pub.acked) == TOTAL, 30, what="every PUBACK")
+    node.settle_logs()
     dropped = [e for e in node.events("message.dropped") if e["client_id"] == "flow-sub"]
     assert dropped == []
     pub.disconnect()
@@ -72,6 +73,7 @@ def test_a_stuck_subscriber_holds_the_publisher_back_only_for_a_while(node: Node
     for i in range(TOTAL):
         pub.publish("stuck/t", str(i).encode(), qos=1, tag=i)
     wait_for(lambda: len(pub.acked) == TOTAL, 30, what="every PUBACK despite the stuck reader")
+    node.settle_logs()
     dropped = [e for e in node.events("message.dropped") if e["client_id"] == "stuck-sub"]
     assert dropped and all(e["reason"] == "queue_full" for e in dropped)
     pub.disconnect()

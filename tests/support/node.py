@@ -155,6 +155,29 @@ class Node:
                 raise AssertionError("node did not stop within timeout") from None
         return int(self.proc.returncode)
 
+    def settle_logs(self, timeout: float = 10) -> None:
+        """Wait until the event logs hold what the services logged so far: a service hands
+        its events to the spool at least every 200 ms, and the spool's converters
+        (services/common/logspool.py) write them to the .jsonl files soon after. For a
+        check that an event was *not* logged, which polling cannot make."""
+        time.sleep(0.3)
+
+        def converted() -> bool:
+            for spool in (self.log_dir / "spool").glob("*"):
+                segments = sorted(spool.glob("*.seg"))
+                if not segments:
+                    continue
+                pos_file = spool / "pos"
+                pos = pos_file.read_text().split() if pos_file.exists() else []
+                newest = segments[-1]
+                if len(segments) > 1 or len(pos) != 2 or pos[0] != newest.name:
+                    return False
+                if int(pos[1]) < newest.stat().st_size:
+                    return False
+            return True
+
+        wait_for(converted, timeout, 0.05, "event logs written")
+
     def events(self, name: str | None = None) -> Iterator[dict[str, object]]:
         """Every JSON event line in the node's logs (optionally one event name)."""
         for path in sorted(self.log_dir.glob("*.jsonl*")):
