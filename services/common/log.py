@@ -151,7 +151,7 @@ _clock = _Clock()
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
-def _line(level: str, event: str, fields: dict[str, Any], t: float | None = None) -> str:
+def format_line(level: str, event: str, fields: dict[str, Any], t: float | None = None) -> str:
     """One JSON line (at time ``t``, default now); the envelope is formatted directly (its
     values need no escaping: node and service are escaped once at setup, event names come
     from the catalogue)."""
@@ -169,7 +169,7 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
     """Write one event line without structlog's processor chain (hot paths)."""
     if _LEVELS[level] < _state.level:
         return
-    line = _line(level, event, fields)
+    line = format_line(level, event, fields)
     if _state.writer is not None:
         _state.writer.write(line)
     if _state.console != "off":
@@ -243,7 +243,9 @@ def emitter(event: str, level: str = "info") -> Callable[..., None]:
     ``f(msg_id, client_id, qos, latency_us)``, which writes the line that
     ``emit("message.acked", msg_id=..., client_id=..., qos=..., latency_us=...)`` would.
     The function is generated from a template (as ``dataclasses`` generates ``__init__``)
-    so that the whole line is one f-string; a wrong type raises, as it does in ``emit``.
+    so that the whole line is one f-string; a wrong type raises, as it does in ``emit``
+    (with a spool it is the converter that meets it: it keeps the event, written as ``emit``
+    writes any, and says so on stderr).
     """
     names, line = _line_expr(event)
     args = ", ".join(names)

@@ -44,7 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from services.common.log import FLUSH_LINES
+from services.common import log
+from services.common.events import EVENTS
 
 SEGMENT_SIZE = 16 * 1024 * 1024  # a writer starts a new segment past this size
 MAX_SEGMENTS = 16  # more unconverted segments than this and the writer waits (see flush)
@@ -105,7 +106,7 @@ class SpoolWriter:
 
     def write(self, line: str) -> None:
         self.lines.append(line)
-        if len(self.lines) >= FLUSH_LINES:
+        if len(self.lines) >= log.FLUSH_LINES:
             self.flush()
 
     def flush(self) -> None:
@@ -238,8 +239,6 @@ class Converter:
         key, t, *fields = record
         fmt = self._formatters.get(key)
         if fmt is None:
-            from services.common import log
-
             level, event = key.split(" ", 1)
             fmt = self._formatters[key] = log.formatter(event, level)
         try:
@@ -247,12 +246,10 @@ class Converter:
         except (TypeError, ValueError) as exc:
             # A field of the wrong type (the inline emitter raises at the call site): keep
             # the event, written as emit() writes any, and say so rather than crash in a loop.
-            from services.common import log
-            from services.common.events import EVENTS
-
             level, event = key.split(" ", 1)
             sys.stderr.write(f"ternmq: log converter: {event}: {exc}\n")
-            return log._line(level, event, dict(zip(EVENTS[event].fields, fields, strict=True)), t)
+            named = dict(zip(EVENTS[event].fields, fields, strict=True))
+            return log.format_line(level, event, named, t)
 
 
 def _alive(pid: int) -> bool:
@@ -313,9 +310,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=int, default=10)
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
-
-    from services.common import log
-
     # Background work: on a busy node the broker's own processes come first (the spool
     # absorbs a burst; on 2 cores under (c) this gave the broker 3 % more throughput).
     os.nice(NICE)
