@@ -42,21 +42,17 @@ FLUSH_LINES = 256  # buffered lines that trigger a write (lines are ~250 bytes)
 _FLUSH_PERIOD = 0.2
 
 
-class JsonlWriter:
-    """Appends lines to a file, buffered, rotating by size (``path.1`` is the newest old file)."""
+class BufferedWriter:
+    """Gathers lines (or, for the spool, records) and writes them out in batches: the
+    base of :class:`JsonlWriter` and ``logspool.SpoolWriter``, which say how
+    (``_flush_locked``, called with the lock held)."""
 
-    def __init__(self, path: Path, rotate_size: int, keep: int) -> None:
-        self.path = path
-        self.rotate_size = rotate_size
-        self.keep = keep
-        self._lock = threading.Lock()  # held while writing to the file
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # held while writing out
         # Lines go into a deque without the lock: ``append`` and ``popleft`` are atomic, so
         # a line added while another thread flushes is written now or by the next flush,
         # never lost. Compiled emitters append to ``lines`` themselves (as ``write``).
-        self.lines: deque[str] = deque()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        self.lines: deque[Any] = deque()
 
     def write(self, line: str) -> None:
         lines = self.lines
@@ -69,13 +65,39 @@ class JsonlWriter:
             with self._lock:
                 self._flush_locked()
 
-    def _flush_locked(self) -> None:
+    def periodic(self) -> None:
+        """What the flusher thread does every 200 ms."""
+        self.flush()
+
+    def _take(self) -> list[Any]:
+        """Everything gathered so far, in order (with the lock held)."""
         buf = self.lines
-        n = len(buf)
-        if not n:
-            return
         popleft = buf.popleft
-        data = "".join([popleft() for _ in range(n)]).encode("utf-8")
+        return [popleft() for _ in range(len(buf))]
+
+    def _flush_locked(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class JsonlWriter(BufferedWriter):
+    """Appends lines to a file, buffered, rotating by size (``path.1`` is the newest old file)."""
+
+    def __init__(self, path: Path, rotate_size: int, keep: int) -> None:
+        super().__init__()
+        self.path = path
+        self.rotate_size = rotate_size
+        self.keep = keep
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    def _flush_locked(self) -> None:
+        if not self.lines:
+            return
+        data = "".join(self._take()).encode("utf-8")
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)
@@ -94,10 +116,6 @@ class JsonlWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = 0
 
-    def periodic(self) -> None:
-        """What the flusher thread does every 200 ms."""
-        self.flush()
-
     def close(self) -> None:
         with self._lock:
             self._flush_locked()
@@ -106,7 +124,7 @@ class JsonlWriter:
 
 
 class _State:
-    writer: JsonlWriter | Any = None  # a JsonlWriter or a logspool.SpoolWriter
+    writer: BufferedWriter | None = None  # a JsonlWriter or a logspool.SpoolWriter
     spool = False  # compiled emitters hand records to the spool unformatted
     node = ""
     service = ""

@@ -39,7 +39,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,16 +65,15 @@ def spool_dir(log_dir: Path, service: str, pid: int) -> Path:
     return log_dir / "spool" / f"{service}.{pid}"
 
 
-class SpoolWriter:
-    """A ``log.JsonlWriter`` twin for ``log.setup(spool=True)``: same ``lines`` deque, same
-    ``write``/``flush``/``close``, but records go to the spool and a converter process
+class SpoolWriter(log.BufferedWriter):
+    """The writer of ``log.setup(spool=True)``: gathers lines and records as a
+    ``log.JsonlWriter`` does, but writes them to the spool, and a converter process
     (started here, restarted if it dies) writes the ``.jsonl``."""
 
     def __init__(self, log_dir: Path, service: str, node: str, rotate_size: int, keep: int) -> None:
+        super().__init__()
         self.dir = spool_dir(log_dir, service, os.getpid())
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.lines: deque[str | tuple[Any, ...]] = deque()
-        self._lock = threading.Lock()  # held while writing to the segment
         self._fd = -1
         self._size = 0
         self._behind = False
@@ -104,23 +102,10 @@ class SpoolWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         self._size = 0
 
-    def write(self, line: str) -> None:
-        self.lines.append(line)
-        if len(self.lines) >= log.FLUSH_LINES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.lines:
-            with self._lock:
-                self._flush_locked()
-
     def _flush_locked(self) -> None:
-        buf = self.lines
-        n = len(buf)
-        if not n or self._fd < 0:
+        if not self.lines or self._fd < 0:
             return
-        popleft = buf.popleft
-        data = pickle.dumps([popleft() for _ in range(n)], 5)
+        data = pickle.dumps(self._take(), 5)
         view = memoryview(_HEADER.pack(len(data)) + data)
         while view:
             view = view[os.write(self._fd, view) :]
