@@ -23,7 +23,8 @@ themselves: they append their events, as records, to `log_dir/spool/<service>.<p
 before any client sees what an event reports, and a helper process turns them into the
 same lines in the `.jsonl`, up to ~50 ms later. A service killed with SIGKILL loses none
 of them (its helper converts the rest, then exits); a node killed as a whole leaves them
-in the spool, and its next start converts them before anything new.
+in the spool, and its next start converts them before anything new (or, for a node that
+will not start again, `ternmq log convert --logs LOG_DIR`).
 
 Versioning: `schema` is `MAJOR.MINOR`. Adding a field bumps MINOR; renaming or removing
 one, or changing its type, bumps MAJOR. The ETL reads each line with an explicit Spark

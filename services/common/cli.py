@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -89,6 +90,33 @@ def config_check(path: str) -> None:
     """Validate a ternmq.conf; exit 2 naming every bad line."""
     cfg = load_config(path)
     click.echo(f"{path}: ok ({len(cfg.explicit())} keys set)")
+
+
+@cli.group("log")
+def log_group() -> None:
+    """The event logs."""
+
+
+@log_group.command("convert")
+@click.option(
+    "--logs",
+    type=click.Path(file_okay=False, exists=True),
+    required=True,
+    help="A node's log_dir.",
+)
+def log_convert(logs: str) -> None:
+    """Write the events a node killed hard left in LOGS/spool into its .jsonl files.
+
+    A node converts them itself when it starts again; this is for the logs of one that
+    will not (before `ternmq etl run`). Run it on the node's machine: a spool whose writer
+    still runs is left alone."""
+    from services.common.logspool import convert_leftovers
+
+    written = convert_leftovers(Path(logs))
+    if not written:
+        click.echo(f"{logs}: nothing left in a spool")
+    for service, lines in written.items():
+        click.echo(f"{service}: {lines} lines written to {Path(logs) / (service + '.jsonl')}")
 
 
 def _add_etl() -> None:

@@ -221,7 +221,9 @@ def _line_expr(event: str) -> tuple[list[str], str]:
     return names, line
 
 
-def _namespace(level: str, event: str) -> dict[str, Any]:
+def _namespace(level: str, event: str, envelope: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The globals of a generated emitter or formatter. Its envelope follows ``setup``
+    unless ``envelope`` (node, service) fixes it."""
     namespace: dict[str, Any] = {
         "_state": _state,
         "_time": time.time,
@@ -231,14 +233,20 @@ def _namespace(level: str, event: str) -> dict[str, Any]:
         "_console": _console,
         "_sys": sys,
     }
-    _set_head(namespace, level, event)
-    _emitters.append((namespace, level, event))
+    if envelope is None:
+        _set_head(namespace, level, event)
+        _emitters.append((namespace, level, event))
+    else:
+        _set_head(namespace, level, event, json.dumps(envelope[0]), json.dumps(envelope[1]))
     return namespace
 
 
-def formatter(event: str, level: str = "info") -> Callable[..., str]:
-    """``f(t, *fields)``: the line a compiled emitter of ``event`` writes at time ``t``.
-    The spool's converter (:mod:`services.common.logspool`) formats spooled records with it."""
+def formatter(
+    event: str, level: str = "info", envelope: tuple[str, str] | None = None
+) -> Callable[..., str]:
+    """``f(t, *fields)``: the line a compiled emitter of ``event`` writes at time ``t``
+    (with ``envelope``: as node and service, not this process's). The spool's converter
+    (:mod:`services.common.logspool`) formats spooled records with it."""
     names, line = _line_expr(event)
     source = (
         f"def format_event(t, {', '.join(names)}):\n"
@@ -247,7 +255,7 @@ def formatter(event: str, level: str = "info") -> Callable[..., str]:
         "        _clock.tick(sec)\n"
         f"    return {line}\n"
     )
-    namespace = _namespace(level, event)
+    namespace = _namespace(level, event, envelope)
     exec(compile(source, f"<formatter {event}>", "exec"), namespace)
     fn: Callable[..., str] = namespace["format_event"]
     return fn
@@ -313,11 +321,19 @@ def emitter(event: str, level: str = "info") -> Callable[..., None]:
 _emitters: list[tuple[dict[str, Any], str, str]] = []
 
 
-def _set_head(namespace: dict[str, Any], level: str, event: str) -> None:
+def _set_head(
+    namespace: dict[str, Any],
+    level: str,
+    event: str,
+    node_json: str | None = None,
+    service_json: str | None = None,
+) -> None:
     """The envelope of a compiled emitter's lines, from the ``"`` that closes the
     timestamp to the schema (node and service are known only after ``setup``)."""
+    node_json = _state.node_json if node_json is None else node_json
+    service_json = _state.service_json if service_json is None else service_json
     namespace["_head"] = (
-        f'","level":"{level}","node":{_state.node_json},"service":{_state.service_json},'
+        f'","level":"{level}","node":{node_json},"service":{service_json},'
         f'"event":"{event}","schema":"{SCHEMA_VERSION}"'
     )
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import pickle
 import signal
@@ -74,6 +75,8 @@ class SpoolWriter(log.BufferedWriter):
         super().__init__()
         self.dir = spool_dir(log_dir, service, os.getpid())
         self.dir.mkdir(parents=True, exist_ok=True)
+        # Whose records these are, for whoever converts them if we and our converter die.
+        (self.dir / "meta").write_text(json.dumps({"node": node, "service": service}))
         self._fd = -1
         self._size = 0
         self._behind = False
@@ -157,10 +160,17 @@ class Converter:
     """Turns the segments of one writer's spool directory into lines, in order, and
     deletes the segments it has finished. ``write`` takes the lines of each frame."""
 
-    def __init__(self, spool: Path, writer_pid: int, write: Callable[[list[str]], None]) -> None:
+    def __init__(
+        self,
+        spool: Path,
+        writer_pid: int,
+        write: Callable[[list[str]], None],
+        envelope: tuple[str, str] | None = None,
+    ) -> None:
         self.dir = spool
         self.writer_pid = writer_pid
         self.write = write
+        self.envelope = envelope  # (node, service) of the lines; default this process's
         self._formatters: dict[str, Callable[..., str]] = {}
         self._pos_fd = os.open(spool / "pos", os.O_RDWR | os.O_CREAT, 0o644)
         raw = os.pread(self._pos_fd, _POS_LEN, 0).decode("ascii", "replace").split()
@@ -225,7 +235,7 @@ class Converter:
         fmt = self._formatters.get(key)
         if fmt is None:
             level, event = key.split(" ", 1)
-            fmt = self._formatters[key] = log.formatter(event, level)
+            fmt = self._formatters[key] = log.formatter(event, level, self.envelope)
         try:
             return fmt(t, *fields)
         except (TypeError, ValueError) as exc:
@@ -258,9 +268,18 @@ def _locked(path: Path) -> int | None:
     return fd
 
 
+def _envelope(path: Path) -> tuple[str, str] | None:
+    """The (node, service) a writer recorded in its directory."""
+    try:
+        meta = json.loads((path / "meta").read_text())
+        return str(meta["node"]), str(meta["service"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def drain(path: Path, writer_pid: int, write: Callable[[list[str]], None]) -> None:
     """Convert everything in a dead writer's directory and remove it."""
-    converter = Converter(path, writer_pid, write)
+    converter = Converter(path, writer_pid, write, _envelope(path))
     while converter.run_pass():
         pass
     converter.close()
@@ -283,6 +302,28 @@ def adopt_orphans(spool: Path, service: str, write: Callable[[list[str]], None])
             drain(path, pid, write)
         finally:
             os.close(fd)
+
+
+def convert_leftovers(log_dir: Path) -> dict[str, int]:
+    """Convert what the dead writers under ``log_dir/spool`` left (a node killed hard and
+    not started again) into their ``.jsonl`` files; lines written per service. A spool
+    whose writer still runs is left to its converter."""
+    written: dict[str, int] = {}
+    for path in sorted((log_dir / "spool").glob("*.*")):
+        service = path.name.rsplit(".", 1)[0]
+        if service in written:
+            continue
+        out = log.JsonlWriter(log_dir / f"{service}.jsonl", 0, 1)
+
+        def write(lines: list[str], service: str = service, out: log.JsonlWriter = out) -> None:
+            written[service] += len(lines)
+            out.lines.extend(lines)
+            out.flush()
+
+        written[service] = 0
+        adopt_orphans(log_dir / "spool", service, write)
+        out.close()
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     lock_fd = _locked(own)
     if lock_fd is None:  # a restarted converter while the one before still runs
         return 0
-    converter = Converter(own, args.parent, write)
+    converter = Converter(own, args.parent, write, (args.node, args.service))
     while True:
         # Read before the pass: the pass after the service went away sees all it wrote.
         leaving = stopping.is_set()

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from services.common import log, logspool
-from tests.support.node import wait_for
+from tests.support.clients import Client
+from tests.support.node import TERNMQ, make_node, wait_for
 
 # A service's logging, alone: N message events with a client event every 100, then a
 # flush; "close" shuts the log down, "hold" prints "flushed" and waits to be killed.
@@ -190,3 +191,49 @@ def test_a_writer_far_ahead_of_its_converter_slows_down(
     assert [json.loads(x).get("i") for x in (tmp_path / "listener.jsonl").read_text().splitlines()][
         :6
     ] == list(range(6))
+
+
+def test_ternmq_log_convert_writes_what_a_node_killed_hard_left(tmp_path: Path) -> None:
+    """The converters stopped, a message delivered, the node killed with SIGKILL: its
+    events are only in the spool. `ternmq log convert` writes them, under the node's own
+    name (recorded in the spool), and removes the spool."""
+    node = make_node(tmp_path / "n")
+    node.start()
+    try:
+        converters = [
+            int(p)
+            for p in subprocess.run(
+                ["pgrep", "-f", f"logspool --spool {node.log_dir / 'spool'}"],
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+        ]
+        assert len(converters) == 2, "the listener's and the msgstore's"
+        for pid in converters:
+            os.kill(pid, signal.SIGSTOP)
+        sub = Client("spool-sub", node.mqtt_port, clean=False).connect()
+        sub.subscribe("spool/t", 1)
+        pub = Client("spool-pub", node.mqtt_port).connect()
+        pub.publish("spool/t", b"x", qos=1)
+        assert [m.payload for m in sub.take(1)] == [b"x"]
+        time.sleep(0.5)  # the msgstore hands its events to the spool every 200 ms
+    finally:
+        node.kill()
+
+    def delivered() -> list[dict[str, object]]:
+        return [e for e in node.events("message.delivered") if e["client_id"] == "spool-sub"]
+
+    assert delivered() == [], "the converters were stopped: the event is only in the spool"
+    out = subprocess.run(
+        [TERNMQ, "log", "convert", "--logs", str(node.log_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "listener:" in out.stdout
+    [event] = delivered()
+    assert event["node"] == f"test{node.mqtt_port}@127.0.0.1" and event["service"] == "listener"
+    queued = [e for e in node.events("message.queued") if e["client_id"] == "spool-sub"]
+    assert len(queued) == 1 and queued[0]["service"] == "msgstore"
+    assert not list((node.log_dir / "spool").iterdir())
