@@ -60,11 +60,20 @@ def _without_ts(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     return [{k: v for k, v in r.items() if k != "ts"} for r in rows]
 
 
-def _converters() -> list[int]:
-    out = subprocess.run(
-        ["pgrep", "-f", "services.common.logspool"], capture_output=True, text=True
-    ).stdout
-    return [int(p) for p in out.split()]
+def _pids(*words: str) -> list[int]:
+    """Processes whose command line holds every one of ``words`` (as ``pgrep -f``, from
+    /proc: procps may not be installed)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if all(w in cmdline for w in words):
+            found.append(int(entry.name))
+    return found
 
 
 def test_spooled_lines_are_the_lines_the_service_would_have_written(tmp_path: Path) -> None:
@@ -111,9 +120,14 @@ def test_a_spool_left_by_a_killed_node_is_converted_by_the_next_start(tmp_path: 
     writer's converter converts the leftovers first, each line once."""
     proc = _writer(tmp_path, 3000, True, "hold", start_new_session=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"
+    assert _pids("services.common.logspool", f"--parent {proc.pid}"), "its converter runs"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    wait_for(lambda: proc.pid not in _converters(), 10, what="converter killed with its group")
+    wait_for(
+        lambda: not _pids("services.common.logspool", f"--parent {proc.pid}"),
+        10,
+        what="its converter killed with the group",
+    )
     assert _writer(tmp_path, 10, True, "close").wait(30) == 0
     wait_for(lambda: len(_lines(tmp_path)) == 3030 + 11, 20, what="leftovers converted")
     ids = [r["msg_id"] for r in _lines(tmp_path) if r["event"] == "message.published"]
@@ -200,14 +214,7 @@ def test_ternmq_log_convert_writes_what_a_node_killed_hard_left(tmp_path: Path) 
     node = make_node(tmp_path / "n")
     node.start()
     try:
-        converters = [
-            int(p)
-            for p in subprocess.run(
-                ["pgrep", "-f", f"logspool --spool {node.log_dir / 'spool'}"],
-                capture_output=True,
-                text=True,
-            ).stdout.split()
-        ]
+        converters = _pids("services.common.logspool", f"--spool {node.log_dir / 'spool'}")
         assert len(converters) == 2, "the listener's and the msgstore's"
         for pid in converters:
             os.kill(pid, signal.SIGSTOP)
