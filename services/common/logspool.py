@@ -247,6 +247,22 @@ class Converter:
             return log.format_line(level, event, named, t)
 
 
+def converted(path: Path) -> bool:
+    """Whether the converter of the writer directory ``path`` has caught up with what the
+    writer has handed to the spool (a finished segment is deleted; ``pos`` tells the rest)."""
+    segments = sorted(path.glob("*.seg"))
+    if not segments:
+        return True
+    if len(segments) > 1:
+        return False
+    try:
+        pos = (path / "pos").read_text().split()
+    except OSError:
+        return False
+    newest = segments[-1]
+    return len(pos) == 2 and pos[0] == newest.name and int(pos[1]) >= newest.stat().st_size
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

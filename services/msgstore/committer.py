@@ -90,7 +90,6 @@ class Committer:
         self._pending: deque[_Pending] = deque()
         self._pending_ops = 0
         self._streams: set[object] = set()  # open streaming writers (see stream_opened)
-        self._waiting: dict[object, int] = {}  # streaming writer -> its pending jobs
         self._wakeup = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -114,8 +113,6 @@ class Committer:
             return future
         self._pending.append(_Pending(job, future, self.clock(), stream))
         self._pending_ops += job.ops
-        if stream is not None:
-            self._waiting[stream] = self._waiting.get(stream, 0) + 1
         self._wakeup.set()
         return future
 
@@ -175,7 +172,7 @@ class Committer:
     async def _gather(self) -> None:
         deadline = self._pending[0].arrived + self.max_delay
         while self._pending_ops < self.max_batch and not self._closing:
-            if self._streams and self._streams.issubset(self._waiting):
+            if self._streams and self._streams.issubset(p.writer for p in self._pending):
                 return  # every open stream waits for this group: nothing more will come
             remaining = deadline - self.clock()
             if remaining <= 0:
@@ -190,14 +187,6 @@ class Committer:
             ops += item.job.ops
             group.append(item)
         self._pending_ops -= ops
-        waiting = self._waiting
-        for item in group:
-            if item.writer is not None:
-                left = waiting[item.writer] - 1
-                if left:
-                    waiting[item.writer] = left
-                else:
-                    del waiting[item.writer]
         return group
 
     def _sync_due_in(self) -> float | None:

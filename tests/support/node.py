@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.common import logspool
+
 VENV_BIN = Path(sys.executable).parent
 TERNMQ = str(VENV_BIN / "ternmq")
 
@@ -162,21 +164,10 @@ class Node:
         check that an event was *not* logged, which polling cannot make."""
         time.sleep(0.3)
 
-        def converted() -> bool:
-            for spool in (self.log_dir / "spool").glob("*"):
-                segments = sorted(spool.glob("*.seg"))
-                if not segments:
-                    continue
-                pos_file = spool / "pos"
-                pos = pos_file.read_text().split() if pos_file.exists() else []
-                newest = segments[-1]
-                if len(segments) > 1 or len(pos) != 2 or pos[0] != newest.name:
-                    return False
-                if int(pos[1]) < newest.stat().st_size:
-                    return False
-            return True
+        def settled() -> bool:
+            return all(logspool.converted(d) for d in (self.log_dir / "spool").glob("*"))
 
-        wait_for(converted, timeout, 0.05, "event logs written")
+        wait_for(settled, timeout, 0.05, "event logs written")
 
     def events(self, name: str | None = None) -> Iterator[dict[str, object]]:
         """Every JSON event line in the node's logs (optionally one event name)."""
