@@ -94,8 +94,13 @@ class SpoolWriter(log.BufferedWriter):
         self._converter = self._spawn()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        # Its stdin is how it learns we are done: EOF when we close it or die.
-        return subprocess.Popen(self._argv, stdin=subprocess.PIPE)
+        # Its stdin is how it learns we are done: EOF when we close it or die. Ctrl-C
+        # reaches it too (same process group): we close it, so it starts with SIGINT
+        # ignored — a SIGINT while it was still starting killed it and stranded our last
+        # events in the spool.
+        from services.common.service import ignore_sigint
+
+        return subprocess.Popen(self._argv, stdin=subprocess.PIPE, preexec_fn=ignore_sigint)
 
     def _open_segment(self) -> None:
         if self._fd >= 0:
@@ -358,7 +363,6 @@ def main(argv: list[str] | None = None) -> int:
     log.setup(args.service, args.node, None, console="off")  # the lines' envelope
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the service closes us
 
     def watch_writer() -> None:  # EOF: the writer closed the spool or died
         sys.stdin.buffer.read()

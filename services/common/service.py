@@ -9,6 +9,8 @@ status with a logged reason.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import gc
 import os
 import signal
@@ -26,6 +28,18 @@ EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
 SUPERVISED = "TERNMQ_SUPERVISED"  # set in the environment of a node's children
+
+
+def ignore_sigint() -> None:
+    """preexec_fn: the child starts with SIGINT ignored, so a Ctrl-C that reaches the
+    whole process group while it is still starting (before it can say how it handles
+    signals) cannot kill it; its parent stops it. Through libc: a forked child must not
+    run Python's signal machinery."""
+    with contextlib.suppress(OSError):
+        libc_signal = ctypes.CDLL("libc.so.6", use_errno=True).signal
+        libc_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc_signal.restype = ctypes.c_void_p
+        libc_signal(signal.SIGINT, 1)  # 1: SIG_IGN
 
 
 # The services that log events per message: formatting those is worth another process.

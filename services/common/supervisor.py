@@ -29,14 +29,16 @@ import uvloop
 
 from services.common import log
 from services.common.config import Config
-from services.common.service import SUPERVISED, setup_logging
+from services.common.service import SUPERVISED, ignore_sigint, setup_logging
 
 ORDER = ("msgstore", "gossip", "registry", "listener")
 _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the supervisor dies (Linux)."""
+    """preexec_fn: SIGKILL this child when the supervisor dies (Linux); SIGINT is the
+    supervisor's to act on (see ``service.ignore_sigint``)."""
+    ignore_sigint()
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
