@@ -11,13 +11,27 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e '.[dev,etl]'
+# The listener's hot modules (pyproject.toml [tool.ternmq.compile]) are compiled in place
+# with mypyc once the environment is installed, and again whenever one of them changes
+# (the extension would otherwise shadow the edited source). TERNMQ_COMPILE=0: pure Python.
+COMPILED = $(shell $(PY) -c 'import glob, tomllib; \
+  pats = tomllib.load(open("pyproject.toml", "rb"))["tool"]["ternmq"]["compile"]["modules"]; \
+  print(" ".join(sorted({p for pat in pats for p in glob.glob(pat)})))')
+NATIVE := $(VENV)/.compiled
+
+$(STAMP): $(BIN)/python pyproject.toml setup.py
+	TERNMQ_COMPILE=0 $(BIN)/pip install -q -e '.[dev,etl]'
+	rm -f $(NATIVE)
 	touch $(STAMP)
 
-install: $(STAMP)
+$(NATIVE): $(STAMP) $(COMPILED)
+	find services -name '*.so' -delete
+	$(BIN)/python setup.py -q build_ext --inplace -j 2
+	touch $(NATIVE)
 
-run: $(STAMP)
+install: $(NATIVE)
+
+run: $(NATIVE)
 	$(BIN)/ternmq start --config deploy/ternmq.conf
 
 ## Regenerate services/pb/ from proto/ (the only way those files change).
@@ -41,15 +55,16 @@ JS_DEPS := tests/js/node_modules/.package-lock.json
 $(JS_DEPS): tests/js/package.json tests/js/package-lock.json
 	npm ci --prefix tests/js --silent --no-audit --no-fund
 
-test: $(STAMP) $(JS_DEPS)
+test: $(NATIVE) $(JS_DEPS)
 	$(MAKE) lint typecheck
 	$(BIN)/python -m pytest tests -q
 
-test-fast: $(STAMP)
+test-fast: $(NATIVE)
 	$(BIN)/python -m pytest tests/unit -q
 
-bench: $(STAMP)
+bench: $(NATIVE)
 	bash bench/run.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info data
+	find services -name '*.so' -delete

@@ -94,7 +94,10 @@ class ConnectionGate:
         return True
 
 
-class Connection(asyncio.Protocol):
+class Connection:
+    """An asyncio protocol (duck-typed, as asyncio allows: not an ``asyncio.Protocol``
+    subclass, so the compiled build makes it a native class with fixed attributes)."""
+
     __slots__ = (
         "_backlog",
         "_backlog_error",

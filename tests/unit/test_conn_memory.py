@@ -24,6 +24,7 @@ import uvloop
 from services.common.config import load
 from services.common.metrics import Registry
 from services.common.schema import schema
+from services.listener.broker import Broker
 from services.listener.config import tcp_listeners
 from services.listener.connection import Connection
 from services.listener.mqtt.types import NO_PROPERTIES, Connect
@@ -85,18 +86,18 @@ def test_an_idle_session_stays_within_budget(traced: None) -> None:
     assert per_session < SESSION_BUDGET, f"{per_session:.0f} bytes per idle session"
 
 
-class FakeBroker:
+class FakeBroker(Broker):
     """Stands in for ``Broker`` on the idle path: every Register is answered at once."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any) -> None:  # no super().__init__: no services to talk to
         self.config = config
         self.sessions: dict[tuple[str, str], Connection] = {}
-        self._ids = 0
+        self._fake_ids = 0
         self.msg_id_source = self.next_msg_id
 
     def next_msg_id(self) -> str:
-        self._ids += 1
-        return str(self._ids)
+        self._fake_ids += 1
+        return str(self._fake_ids)
 
     def register(self, conn: Connection, req: Register) -> None:
         self.sessions[(req.mountpoint, req.client_id)] = conn

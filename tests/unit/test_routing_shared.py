@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -145,12 +144,20 @@ def test_round_robin_state_is_per_group_and_survives_member_changes() -> None:
 def test_round_robin_state_dies_with_the_group() -> None:
     trie = SubscriptionTrie()
     trie.add(L1.sid, "$share/g/t", L1.opts)
+    trie.add(R1.sid, "$share/g/t", R1.opts)
     p = picker(SharedPolicy.ROUND_ROBIN)
-    p.pick(trie.match("", "t").shared[0], everyone)
-    assert len(p._cursors) == 1
+    first = p.pick(trie.match("", "t").shared[0], everyone)
+    assert first is not None and first.sid == L1.sid
+    old = trie.match("", "t").shared[0].token
+    assert old.cursor == 1
     trie.remove(L1.sid, "$share/g/t")
-    gc.collect()
-    assert len(p._cursors) == 0
+    trie.remove(R1.sid, "$share/g/t")
+    trie.add(L1.sid, "$share/g/t", L1.opts)
+    trie.add(R1.sid, "$share/g/t", R1.opts)
+    group_again = trie.match("", "t").shared[0]
+    assert group_again.token is not old
+    again = p.pick(group_again, everyone)  # a new group starts at its first member
+    assert again is not None and again.sid == L1.sid
 
 
 @pytest.mark.parametrize("policy", list(SharedPolicy))

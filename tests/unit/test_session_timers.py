@@ -20,7 +20,7 @@ def test_a_timer_fires_at_its_deadline_not_before() -> None:
     assert heap.next_at() == 100.0
     assert heap.pop_due(99.0) == []
     assert heap.pop_due(100.0) == [t]
-    assert t.due is None and t.entry is None and t.owner == "conn"
+    assert t.due is None and t.seq == 0 and t.owner == "conn"
     assert heap.pop_due(1000.0) == []
     assert heap.next_at() is None
 

@@ -33,9 +33,9 @@ def parse_connect(flags: int, data: bytes, pos: int, end: int, version: int) -> 
     name, pos = w.read_str(data, pos, end)
     level, pos = w.read_u8(data, pos, end)
     if (name, level) not in _PROTOCOLS:
-        err = UnsupportedProtocolVersion(f"protocol {name!r} level {level} [MQTT-3.1.2-2]")
-        err.protocol_version = level if level in (3, 4, 5) else None
-        raise err
+        refused = UnsupportedProtocolVersion(f"protocol {name!r} level {level} [MQTT-3.1.2-2]")
+        refused.protocol_version = level if level in (3, 4, 5) else None
+        raise refused
     try:
         return _connect_body(name, level, data, pos, end)
     except MQTTError as err:

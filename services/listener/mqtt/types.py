@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, TypeAlias
+from typing import TypeAlias
 
 __all__ = [
     "NO_PROPERTIES",
@@ -230,7 +230,6 @@ class Will:
 
 @dataclass(frozen=True, slots=True)
 class Connect:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.CONNECT
     protocol_name: str
     protocol_version: int
     clean_start: bool
@@ -246,7 +245,6 @@ class Connect:
 class Connack:
     """``reason_code`` is the 3.1.1 return code for v3/v4, the MQTT 5 reason code for v5."""
 
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.CONNACK
     session_present: bool
     reason_code: int
     properties: Properties = NO_PROPERTIES
@@ -260,7 +258,6 @@ class Publish:
     empty and the session resolves ``properties.topic_alias``.
     """
 
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBLISH
     topic: str
     payload: bytes
     qos: int = 0
@@ -272,7 +269,6 @@ class Publish:
 
 @dataclass(slots=True)  # not frozen: see the module docstring
 class Puback:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBACK
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
@@ -280,7 +276,6 @@ class Puback:
 
 @dataclass(slots=True)  # not frozen: see the module docstring
 class Pubrec:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBREC
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
@@ -288,7 +283,6 @@ class Pubrec:
 
 @dataclass(slots=True)  # not frozen: see the module docstring
 class Pubrel:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBREL
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
@@ -296,7 +290,6 @@ class Pubrel:
 
 @dataclass(slots=True)  # not frozen: see the module docstring
 class Pubcomp:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.PUBCOMP
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
@@ -315,7 +308,6 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.SUBSCRIBE
     packet_id: int
     subscriptions: tuple[Subscription, ...]
     properties: Properties = NO_PROPERTIES
@@ -323,7 +315,6 @@ class Subscribe:
 
 @dataclass(frozen=True, slots=True)
 class Suback:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.SUBACK
     packet_id: int
     reason_codes: tuple[int, ...]
     properties: Properties = NO_PROPERTIES
@@ -331,7 +322,6 @@ class Suback:
 
 @dataclass(frozen=True, slots=True)
 class Unsubscribe:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.UNSUBSCRIBE
     packet_id: int
     topic_filters: tuple[str, ...]
     properties: Properties = NO_PROPERTIES
@@ -341,7 +331,6 @@ class Unsubscribe:
 class Unsuback:
     """``reason_codes`` is empty for v3/v4, whose UNSUBACK carries only the packet id."""
 
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.UNSUBACK
     packet_id: int
     reason_codes: tuple[int, ...] = ()
     properties: Properties = NO_PROPERTIES
@@ -349,24 +338,22 @@ class Unsuback:
 
 @dataclass(frozen=True, slots=True)
 class Pingreq:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.PINGREQ
+    """No fields: the fixed header is the whole packet."""
 
 
 @dataclass(frozen=True, slots=True)
 class Pingresp:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.PINGRESP
+    """No fields: the fixed header is the whole packet."""
 
 
 @dataclass(frozen=True, slots=True)
 class Disconnect:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.DISCONNECT
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
 
 @dataclass(frozen=True, slots=True)
 class Auth:
-    PACKET_TYPE: ClassVar[PacketType] = PacketType.AUTH
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 

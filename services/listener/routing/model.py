@@ -69,13 +69,16 @@ class SharedMember(NamedTuple):
 
 
 class GroupToken:
-    """Identity of a live shared group in a trie.
+    """Identity of a live shared group in a trie, and the group's round-robin cursor.
 
-    Stable while the group exists (across member changes) and weakly referenceable, so a
-    picker can keep per-group state (a round-robin cursor) that dies with the group.
+    Stable while the group exists (across member changes), so the cursor survives member
+    changes and dies with the group (one trie, one picker per listener).
     """
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("cursor",)
+
+    def __init__(self) -> None:
+        self.cursor = 0
 
 
 @dataclass(frozen=True, slots=True)

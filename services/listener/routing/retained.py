@@ -32,6 +32,11 @@ class _RNode(Generic[T]):
         self.children: dict[str, _RNode[T]] = {}
         self.entry: tuple[str, T] | None = None  # (topic, message) if one is retained here
 
+    def is_empty(self) -> bool:
+        # a method, not an inline test: compiled, the test would keep the type ``entry``
+        # was narrowed to before the caller's loop moved to another node
+        return not self.children and self.entry is None
+
 
 def _subtree(node: _RNode[T], out: list[tuple[str, T]], skip_dollar: bool) -> None:
     """Append every message at or below ``node``; ``skip_dollar`` when ``node`` is a root
@@ -135,7 +140,7 @@ class RetainedStore(Generic[T]):
         node.entry = None
         self._count -= 1
         for parent, level in reversed(path):  # prune the nodes left empty
-            if node.children or node.entry is not None:
+            if not node.is_empty():
                 break
             del parent.children[level]
             node = parent

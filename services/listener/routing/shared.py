@@ -26,14 +26,13 @@ If delivering to the chosen member fails, call ``pick`` again with the failed me
 ``exclude``: they are treated as absent from the group.
 
 Randomness comes from the injected ``random.Random`` so tests are reproducible. The
-round-robin cursor of a group is weakly keyed on the group's ``GroupToken``: it survives
-member changes and disappears with the group. Cost per pick is linear in group size.
+round-robin cursor of a group lives on the group's ``GroupToken``: it survives member
+changes and disappears with the group. Cost per pick is linear in group size.
 """
 
 from __future__ import annotations
 
 import random
-import weakref
 from collections.abc import Callable, Collection, Sequence
 from enum import StrEnum
 
@@ -57,13 +56,12 @@ class SharedPolicy(StrEnum):
 class SharedPicker:
     """Picks the member of a shared group that receives one message."""
 
-    __slots__ = ("_cursors", "_local_node", "_policy", "_rng")
+    __slots__ = ("_local_node", "_policy", "_rng")
 
     def __init__(self, policy: SharedPolicy, local_node: str, rng: random.Random) -> None:
         self._policy = policy
         self._local_node = local_node
         self._rng = rng
-        self._cursors: weakref.WeakKeyDictionary[GroupToken, int] = weakref.WeakKeyDictionary()
 
     @property
     def policy(self) -> SharedPolicy:
@@ -99,11 +97,11 @@ class SharedPicker:
     ) -> SharedMember:
         """The first online member at or after the cursor (else the one at the cursor)."""
         n = len(members)
-        start = self._cursors.get(token, 0) % n
+        start = token.cursor % n
         for k in range(n):
             m = members[(start + k) % n]
             if is_online(m.sid):
-                self._cursors[token] = (start + k + 1) % n
+                token.cursor = (start + k + 1) % n
                 return m
-        self._cursors[token] = (start + 1) % n
+        token.cursor = (start + 1) % n
         return members[start]

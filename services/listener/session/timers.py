@@ -10,8 +10,8 @@ bound callback, arguments). ``TimerHeap`` keeps every deadline in one binary hea
 Timers are lazy, which the session allows (a handler re-checks its deadline when a timer
 fires): moving a deadline later — the keepalive, on every packet — only stores the new
 ``due``; the heap entry stays and, when it comes up early, is pushed again at ``due``.
-Moving a deadline earlier, or cancelling, leaves the old entry behind as *stale* (it is
-no longer its timer's ``entry``) and it is skipped when popped. Stale entries are
+Moving a deadline earlier, or cancelling, leaves the old entry behind as *stale* (its
+``seq`` is no longer its timer's ``seq``) and it is skipped when popped. Stale entries are
 counted, and the heap is rebuilt without them once they are the majority, so
 connection churn cannot make it grow beyond twice the live timers.
 
@@ -36,17 +36,20 @@ _COMPACT_MIN = 64  # below this many stale entries, rebuilding is not worth it
 
 
 class Timer(Generic[T]):
-    """One named timer of ``owner``. ``due`` is None while it is not set; ``entry`` is
-    its live heap entry (None once it fired or was cancelled). A cancelled timer lets
-    go of its owner: its stale entry may stay in the heap, but holds nothing big."""
+    """One named timer of ``owner``. ``due`` is None while it is not set; ``seq`` names
+    its live heap entry (0 once it fired or was cancelled: entries are matched by their
+    number, not identity, which a compiled build does not keep for tuples). A cancelled
+    timer lets go of its owner: its stale entry may stay in the heap, but holds nothing
+    big."""
 
-    __slots__ = ("due", "entry", "name", "owner")
+    __slots__ = ("at", "due", "name", "owner", "seq")
 
     def __init__(self, owner: T, name: str) -> None:
         self.owner: T | None = owner
         self.name = name
         self.due: float | None = None
-        self.entry: tuple[float, int, Timer[T]] | None = None
+        self.seq = 0
+        self.at = 0.0  # when the live entry comes up (meaningful while ``seq``)
 
 
 class TimerHeap(Generic[T]):
@@ -67,9 +70,8 @@ class TimerHeap(Generic[T]):
         """Fire ``timer`` at ``at`` (replacing any earlier setting)."""
         if timer.owner is None:
             raise ValueError(f"timer {timer.name!r} was cancelled")
-        entry = timer.entry
-        if entry is not None:
-            if at >= entry[0]:
+        if timer.seq:
+            if at >= timer.at:
                 timer.due = at  # lazy: the entry re-arms itself when it comes up
                 return
             self._stale += 1
@@ -79,8 +81,8 @@ class TimerHeap(Generic[T]):
 
     def cancel(self, timer: Timer[T]) -> None:
         """Never fire ``timer``; it is done (``owner`` released) and cannot be set again."""
-        if timer.entry is not None:
-            timer.entry = None
+        if timer.seq:
+            timer.seq = 0
             self._stale += 1
             self._compact()
         timer.due = None
@@ -97,9 +99,8 @@ class TimerHeap(Generic[T]):
         out: list[Timer[T]] = []
         # Bounded: each turn pops an entry at or before ``limit`` and pushes none there.
         while heap and heap[0][0] <= limit:
-            entry = heapq.heappop(heap)
-            timer = entry[2]
-            if timer.entry is not entry:
+            _, seq, timer = heapq.heappop(heap)
+            if timer.seq != seq:
                 self._stale -= 1
                 continue
             due = timer.due
@@ -107,20 +108,20 @@ class TimerHeap(Generic[T]):
             if due > limit:
                 self._push(timer, due)
                 continue
-            timer.entry = None
+            timer.seq = 0
             timer.due = None
             out.append(timer)
         return out
 
     def _push(self, timer: Timer[T], at: float) -> None:
         self._seq += 1
-        entry = (at, self._seq, timer)
-        timer.entry = entry
-        heapq.heappush(self._heap, entry)
+        timer.seq = self._seq
+        timer.at = at
+        heapq.heappush(self._heap, (at, self._seq, timer))
 
     def _compact(self) -> None:
         if self._stale < _COMPACT_MIN or 2 * self._stale < len(self._heap):
             return
-        self._heap = [e for e in self._heap if e[2].entry is e]
+        self._heap = [e for e in self._heap if e[2].seq == e[1]]
         heapq.heapify(self._heap)
         self._stale = 0
