@@ -9,6 +9,20 @@ import pytest
 
 from tests.support.node import Node, make_node, stop_leftovers
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse to test a compiled module older than its source (README, "Compiled
+    modules"): the extension would be imported instead of the edited ``.py``."""
+    stale = []
+    for ext in (ROOT / "services").rglob("*.so"):
+        source = ext.with_name(ext.name.split(".")[0] + ".py")
+        if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
+            stale.append(str(source.relative_to(ROOT)))
+    if stale:
+        pytest.exit(f"compiled modules older than their source (run make install): {stale}", 2)
+
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -83,6 +83,22 @@ class _Batch:
             for (_mp, _cid, epoch), ack in self.acks.items()
         ]
         return convert.store_batch(self.batch_id, self.appends, acks, self.marks)
+
+
+class _Requests:
+    """The stream's requests as an async iterator (a class, not an async generator, which
+    the compiled build cannot make)."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: StoreClient) -> None:
+        self.client = client
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self.client._next_request()
 
 
 class StoreClient:
@@ -226,7 +242,7 @@ class StoreClient:
 
     async def _session(self) -> None:
         self._sender_error = None
-        call = self._stream(self._requests())
+        call = self._stream(_Requests(self))
         self.connected.set()
         if self._open.ops:  # written while the stream was down: ship it now
             self._wakeup.set()
@@ -239,27 +255,28 @@ class StoreClient:
             raise StreamBroken(f"sending a batch failed: {self._sender_error!r}")
         raise StreamBroken("stream ended by the msgstore")
 
-    async def _requests(self) -> AsyncIterator[bytes]:
-        """The request side of the stream: ship the open batch whenever a slot is free.
-        An exception here ends the request stream (gRPC would only log it at debug level
-        and cancel the call); ``_session`` then reports it."""
+    async def _next_request(self) -> bytes:
+        """The request side of the stream (``_Requests``): ship the open batch whenever a
+        slot is free. An exception here ends the request stream (gRPC would only log it
+        at debug level and cancel the call); ``_session`` then reports it."""
         try:
             while True:
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                while self._open.ops and len(self._inflight) < self.max_inflight:
+                if self._open.ops and len(self._inflight) < self.max_inflight:
                     batch = self._open
                     self._open = _Batch()
                     batch.batch_id = self._next_id
                     self._next_id += 1
                     self._inflight.append(batch)
-                    yield batch.encode()
-                if self._open.ops and len(self._inflight) >= self.max_inflight:
+                    return batch.encode()
+                if self._open.ops:  # every slot taken: wait for an answer
                     self._slot.clear()
                     await self._slot.wait()
-                    self._wakeup.set()
+                else:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
         except Exception as exc:
             self._sender_error = exc
+            raise StopAsyncIteration from exc
 
     def _answer(self, result: msgstore_pb2.StoreBatchResult) -> None:
         if not self._inflight or self._inflight[0].batch_id != result.batch_id:

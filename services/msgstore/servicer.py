@@ -1,12 +1,10 @@
-"""gRPC ``MsgStore``: protobuf <-> queue core, nothing more.
+"""gRPC ``MsgStore``: protobuf <-> queue core (conversions in ``convert``), nothing more.
 
 A Stream is two halves: a reader task submits each incoming batch to the committer as
 soon as it arrives (so one listener's batches pipeline into group commits), and the
 response generator awaits the futures in arrival order and sends each result, so
 results leave in request order. At most ``inflight`` batches per stream wait for their
 result; past that the reader stops reading and gRPC flow control pushes back.
-
-Messages are stored as serialized ``Delivery`` bytes and parsed again only on Read.
 """
 
 from __future__ import annotations
@@ -20,24 +18,26 @@ import grpc
 
 from services.common import log
 from services.msgstore.committer import Committer
+from services.msgstore.convert import (
+    batch_from_pb,
+    log_queued,
+    result_to_pb,
+    session_id,
+    state_to_pb,
+)
 from services.msgstore.engines.base import StoreError
 from services.msgstore.model import (
-    Ack,
     Append,
     AppendResult,
     AppendStatus,
     BatchResult,
     DeleteQueue,
-    Mark,
-    MarkKind,
     OpenQueue,
     QueueState,
     Result,
-    SessionId,
-    WriteBatch,
 )
 from services.msgstore.queue import QueueStore
-from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
+from services.pb import msgstore_pb2, msgstore_pb2_grpc
 
 STREAM_INFLIGHT = 256
 QUEUES_PAGE = 1000  # Queues lists at most this many per call
@@ -45,76 +45,6 @@ QUEUES_PAGE = 1000  # Queues lists at most this many per call
 # A batch handed to the committer: its appends, their (msg_id, qos) for message.queued
 # (empty when message events are off) and the future of its result.
 _Waiting = tuple[Sequence[Append], list[tuple[str, int]], "asyncio.Future[Result]"]
-
-
-_tuple_new = tuple.__new__
-
-
-def _sid(key: common_pb2.SessionKey) -> SessionId:
-    return (key.mountpoint, key.client_id)
-
-
-def batch_from_pb(
-    batch: msgstore_pb2.StoreBatch, logged: list[tuple[str, int]] | None = None
-) -> WriteBatch:
-    """Raises ValueError for a mark kind this store does not know. With ``logged``, the
-    ``(msg_id, qos)`` of each append is added to it for ``message.queued`` (read here, in
-    the one pass over the parsed batch)."""
-    appends: list[Append] = []
-    for a in batch.appends:  # the hot loop: one message per subscriber of a publish
-        key = a.key
-        delivery = a.delivery
-        # Append(...) without the NamedTuple's Python-level __new__
-        sid = (key.mountpoint, key.client_id)
-        appends.append(_tuple_new(Append, (sid, a.epoch, delivery.SerializeToString())))
-        if logged is not None:
-            logged.append((delivery.msg.msg_id, delivery.qos))
-    return WriteBatch(
-        batch.batch_id,
-        tuple(appends),
-        tuple(Ack(_sid(a.key), a.epoch, tuple(a.seqs), a.delivered_upto) for a in batch.acks),
-        tuple(Mark(_sid(m.key), m.epoch, MarkKind(m.kind), m.id, m.set) for m in batch.marks),
-    )
-
-
-def result_to_pb(result: BatchResult) -> msgstore_pb2.StoreBatchResult:
-    reply = msgstore_pb2.StoreBatchResult(
-        batch_id=result.batch_id, error=result.error, stale_acks=result.stale_acks
-    )
-    add = reply.results.add
-    for status, seq in result.results:
-        add(status=status, seq=seq)
-    return reply
-
-
-def state_to_pb(state: QueueState) -> msgstore_pb2.QueueState:
-    mountpoint, client_id = state.session
-    return msgstore_pb2.QueueState(
-        key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
-        exists=state.exists,
-        epoch=state.epoch,
-        last_seq=state.last_seq,
-        acked=state.acked,
-        count=state.count,
-        delivered_upto=state.delivered_upto,
-        inbound_qos2=state.inbound_qos2,
-        outbound_pubrel=state.outbound_pubrel,
-        error=state.error,
-    )
-
-
-_emit_queued = log.emitter("message.queued")  # one line per append: compiled, see log.emitter
-_OK = AppendStatus.OK
-
-
-def _log_queued(
-    appends: Sequence[Append], logged: list[tuple[str, int]], result: BatchResult
-) -> None:
-    for (sid, epoch, _data), (msg_id, qos), (status, seq) in zip(
-        appends, logged, result.results, strict=True
-    ):
-        if status == _OK:
-            _emit_queued(msg_id, sid[1], sid[0], seq, epoch, qos)
 
 
 class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
@@ -140,7 +70,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                 slots.release()
                 assert isinstance(result, BatchResult)
                 if logged:
-                    _log_queued(appends, logged, result)
+                    log_queued(appends, logged, result)
                 yield result_to_pb(result)
             await reader  # re-raises what ended the request stream, if it failed
         finally:
@@ -178,7 +108,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         self, request: msgstore_pb2.OpenRequest, context: Any
     ) -> msgstore_pb2.QueueState:
         job = OpenQueue(
-            _sid(request.key), request.epoch, request.create, request.clean, request.max_len
+            session_id(request.key), request.epoch, request.create, request.clean, request.max_len
         )
         state = await self.committer.submit(job)
         assert isinstance(state, QueueState)
@@ -191,7 +121,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         self, request: msgstore_pb2.DeleteRequest, context: Any
     ) -> msgstore_pb2.QueueState:
         state = await self.committer.submit(
-            DeleteQueue(_sid(request.key), request.epoch, request.reason)
+            DeleteQueue(session_id(request.key), request.epoch, request.reason)
         )
         assert isinstance(state, QueueState)
         if state.deleted:
@@ -201,7 +131,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         return state_to_pb(state)
 
     async def Read(self, request: msgstore_pb2.ReadRequest, context: Any) -> msgstore_pb2.ReadReply:
-        sid = _sid(request.key)
+        sid = session_id(request.key)
         try:
             found = await asyncio.to_thread(
                 self.store.read, sid, request.epoch, request.after_seq, request.max_entries

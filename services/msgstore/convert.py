@@ -1,0 +1,92 @@
+"""Protobuf <-> queue core conversions of the store's per-message path (compiled: see
+setup.py; the servicer, whose Stream is an async generator, stays interpreted).
+
+Messages are stored as serialized ``Delivery`` bytes and parsed again only on Read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from services.common import log
+from services.msgstore.model import (
+    Ack,
+    Append,
+    AppendStatus,
+    BatchResult,
+    Mark,
+    MarkKind,
+    QueueState,
+    SessionId,
+    WriteBatch,
+)
+from services.pb import common_pb2, msgstore_pb2
+
+_tuple_new = tuple.__new__
+
+
+def session_id(key: common_pb2.SessionKey) -> SessionId:
+    return (key.mountpoint, key.client_id)
+
+
+def batch_from_pb(
+    batch: msgstore_pb2.StoreBatch, logged: list[tuple[str, int]] | None = None
+) -> WriteBatch:
+    """Raises ValueError for a mark kind this store does not know. With ``logged``, the
+    ``(msg_id, qos)`` of each append is added to it for ``message.queued`` (read here, in
+    the one pass over the parsed batch)."""
+    appends: list[Append] = []
+    for a in batch.appends:  # the hot loop: one message per subscriber of a publish
+        key = a.key
+        delivery = a.delivery
+        # Append(...) without the NamedTuple's Python-level __new__
+        sid = (key.mountpoint, key.client_id)
+        appends.append(_tuple_new(Append, (sid, a.epoch, delivery.SerializeToString())))
+        if logged is not None:
+            logged.append((delivery.msg.msg_id, delivery.qos))
+    return WriteBatch(
+        batch.batch_id,
+        tuple(appends),
+        tuple(Ack(session_id(a.key), a.epoch, tuple(a.seqs), a.delivered_upto) for a in batch.acks),
+        tuple(Mark(session_id(m.key), m.epoch, MarkKind(m.kind), m.id, m.set) for m in batch.marks),
+    )
+
+
+def result_to_pb(result: BatchResult) -> msgstore_pb2.StoreBatchResult:
+    reply = msgstore_pb2.StoreBatchResult(
+        batch_id=result.batch_id, error=result.error, stale_acks=result.stale_acks
+    )
+    add = reply.results.add
+    for status, seq in result.results:
+        add(status=status, seq=seq)
+    return reply
+
+
+def state_to_pb(state: QueueState) -> msgstore_pb2.QueueState:
+    mountpoint, client_id = state.session
+    return msgstore_pb2.QueueState(
+        key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
+        exists=state.exists,
+        epoch=state.epoch,
+        last_seq=state.last_seq,
+        acked=state.acked,
+        count=state.count,
+        delivered_upto=state.delivered_upto,
+        inbound_qos2=state.inbound_qos2,
+        outbound_pubrel=state.outbound_pubrel,
+        error=state.error,
+    )
+
+
+_emit_queued = log.emitter("message.queued")  # one line per append: compiled, see log.emitter
+_OK = AppendStatus.OK
+
+
+def log_queued(
+    appends: Sequence[Append], logged: list[tuple[str, int]], result: BatchResult
+) -> None:
+    for (sid, epoch, _data), (msg_id, qos), (status, seq) in zip(
+        appends, logged, result.results, strict=True
+    ):
+        if status == _OK:
+            _emit_queued(msg_id, sid[1], sid[0], seq, epoch, qos)
