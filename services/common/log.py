@@ -166,7 +166,7 @@ class _Clock:
 
 
 _clock = _Clock()
-_dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
+dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 def format_line(level: str, event: str, fields: dict[str, Any], t: float | None = None) -> str:
@@ -180,7 +180,7 @@ def format_line(level: str, event: str, fields: dict[str, Any], t: float | None 
     )
     if not fields:
         return head + "}\n"
-    return head + "," + _dumps(fields)[1:] + "\n"
+    return head + "," + dumps(fields)[1:] + "\n"
 
 
 def emit(event: str, level: str = "info", **fields: Any) -> None:
@@ -195,7 +195,7 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
 
 
 # How a compiled emitter writes a field of each catalogue type; the same text that
-# ``_dumps`` produces (ASCII-escaped strings). An "int" field must be given an int
+# ``dumps`` produces (ASCII-escaped strings). An "int" field must be given an int
 # (IntEnums are fine; a bool would be written True): ``{x}`` costs a third of ``{x:d}``.
 _FIELD_FORMATS = {
     "str": "{_esc(%s)}",
@@ -229,7 +229,7 @@ def _namespace(level: str, event: str, envelope: tuple[str, str] | None = None) 
         "_time": time.time,
         "_clock": _clock,
         "_esc": encode_basestring_ascii,
-        "_dumps": _dumps,
+        "_dumps": dumps,
         "_console": _console,
         "_sys": sys,
     }
@@ -336,6 +336,18 @@ def _set_head(
         f'","level":"{level}","node":{node_json},"service":{service_json},'
         f'"event":"{event}","schema":"{SCHEMA_VERSION}"'
     )
+
+
+def record_head(level: str, event: str, envelope: tuple[str, str] | None = None) -> str:
+    """The envelope that follows the timestamp in a line of ``event`` (``formatter``'s),
+    as node and service ``envelope`` if given, else this process's."""
+    namespace: dict[str, Any] = {}
+    if envelope is None:
+        _set_head(namespace, level, event)
+    else:
+        _set_head(namespace, level, event, json.dumps(envelope[0]), json.dumps(envelope[1]))
+    head: str = namespace["_head"]
+    return head
 
 
 def _console(level: str, event: str, line: str, fields: dict[str, Any]) -> None:

@@ -4,8 +4,8 @@ Why: the listener logs three events per persistent QoS 1 message, and formatting
 cost ~2.6 of its ~22 µs per message, on the one core that bounds its throughput. With a
 spool a compiled emitter (``log.emitter``) appends a tuple instead of a line; a flush
 pickles what is pending (~0.1 µs a record) and appends it to a spool segment with one
-``write(2)``; a converter process, on another core, formats the records with the same
-code (``log.formatter``) and appends the lines to ``<service>.jsonl``, as the service
+``write(2)``; a converter process, on another core, formats the records into the same
+lines (``recordlines``, compiled) and appends them to ``<service>.jsonl``, as the service
 would have.
 
 What stays true: a flush still puts the records in the OS before the listener writes to
@@ -46,6 +46,7 @@ from typing import Any
 
 from services.common import log
 from services.common.events import EVENTS
+from services.common.recordlines import RecordLines
 
 SEGMENT_SIZE = 16 * 1024 * 1024  # a writer starts a new segment past this size
 MAX_SEGMENTS = 16  # more unconverted segments than this and the writer waits (see flush)
@@ -176,7 +177,7 @@ class Converter:
         self.writer_pid = writer_pid
         self.write = write
         self.envelope = envelope  # (node, service) of the lines; default this process's
-        self._formatters: dict[str, Callable[..., str]] = {}
+        self._lines = RecordLines(self._event_of, self._fallback, log.dumps)
         self._pos_fd = os.open(spool / "pos", os.O_RDWR | os.O_CREAT, 0o644)
         raw = os.pread(self._pos_fd, _POS_LEN, 0).decode("ascii", "replace").split()
         self.segment, self.offset = (raw[0], int(raw[1])) if len(raw) == 2 else ("", 0)
@@ -225,7 +226,7 @@ class Converter:
                 break
             if len(data) - at - 4 < n:
                 break  # not all written yet (or torn)
-            self.write([self._line(r) for r in pickle.loads(data[at + 4 : at + 4 + n])])
+            self.write(self._lines.lines(pickle.loads(data[at + 4 : at + 4 + n])))
             at += 4 + n
             frames += 1
         if at:
@@ -233,23 +234,19 @@ class Converter:
             os.pwrite(self._pos_fd, f"{name} {self.offset:020d}\n".encode(), 0)
         return ended, frames
 
-    def _line(self, record: str | tuple[Any, ...]) -> str:
-        if isinstance(record, str):
-            return record
+    def _event_of(self, key: str) -> tuple[str, dict[str, str]]:
+        level, event = key.split(" ", 1)
+        return log.record_head(level, event, self.envelope), dict(EVENTS[event].fields)
+
+    def _fallback(self, record: tuple[Any, ...], exc: Exception) -> str:
+        """A record whose fields do not fit its event (the inline emitter raises at the call
+        site): keep the event, written as emit() writes any, and say so rather than crash
+        in a loop."""
         key, t, *fields = record
-        fmt = self._formatters.get(key)
-        if fmt is None:
-            level, event = key.split(" ", 1)
-            fmt = self._formatters[key] = log.formatter(event, level, self.envelope)
-        try:
-            return fmt(t, *fields)
-        except (TypeError, ValueError) as exc:
-            # A field of the wrong type (the inline emitter raises at the call site): keep
-            # the event, written as emit() writes any, and say so rather than crash in a loop.
-            level, event = key.split(" ", 1)
-            sys.stderr.write(f"ternmq: log converter: {event}: {exc}\n")
-            named = dict(zip(EVENTS[event].fields, fields, strict=True))
-            return log.format_line(level, event, named, t)
+        level, event = key.split(" ", 1)
+        sys.stderr.write(f"ternmq: log converter: {event}: {exc}\n")
+        named = dict(zip(EVENTS[event].fields, fields, strict=False))
+        return log.format_line(level, event, named, t)
 
 
 def converted(path: Path) -> bool:

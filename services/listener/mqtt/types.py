@@ -6,7 +6,9 @@ and tests can compare with ``==``. Most are ``frozen=True``; PUBLISH and its fou
 acknowledgements are immutable by convention only (nothing assigns to a field; a changed
 copy is made with ``dataclasses.replace``): several of them are built per message, and a
 frozen dataclass builds itself through one ``object.__setattr__`` per field, two to
-three times the cost of a plain one. They are therefore not hashable either. Version
+three times the cost of a plain one. They are therefore not hashable either, and their
+``__init__`` is written out (``init=False``): in the compiled build (setup.py) the one
+``dataclasses`` generates stays interpreted, ~1 µs per object against ~0.1 µs. Version
 differences are carried as data, not as separate classes: the decoder fills the
 MQTT 5 ``properties`` only for protocol version 5 and leaves ``NO_PROPERTIES``
 otherwise; ``Connack.reason_code`` holds the 3.1.1 return code for versions 3 and 4
@@ -250,7 +252,7 @@ class Connack:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(slots=True)  # not frozen: see the module docstring
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring
 class Publish:
     """``packet_id`` is None exactly when ``qos`` is 0.
 
@@ -266,33 +268,79 @@ class Publish:
     packet_id: int | None = None
     properties: Properties = NO_PROPERTIES
 
+    def __init__(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        dup: bool = False,
+        packet_id: int | None = None,
+        properties: Properties = NO_PROPERTIES,
+    ) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.dup = dup
+        self.packet_id = packet_id
+        self.properties = properties
 
-@dataclass(slots=True)  # not frozen: see the module docstring
+
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring
 class Puback:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
+    def __init__(
+        self, packet_id: int, reason_code: int = 0, properties: Properties = NO_PROPERTIES
+    ) -> None:
+        self.packet_id = packet_id
+        self.reason_code = reason_code
+        self.properties = properties
 
-@dataclass(slots=True)  # not frozen: see the module docstring
+
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring
 class Pubrec:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
+    def __init__(
+        self, packet_id: int, reason_code: int = 0, properties: Properties = NO_PROPERTIES
+    ) -> None:
+        self.packet_id = packet_id
+        self.reason_code = reason_code
+        self.properties = properties
 
-@dataclass(slots=True)  # not frozen: see the module docstring
+
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring
 class Pubrel:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
+    def __init__(
+        self, packet_id: int, reason_code: int = 0, properties: Properties = NO_PROPERTIES
+    ) -> None:
+        self.packet_id = packet_id
+        self.reason_code = reason_code
+        self.properties = properties
 
-@dataclass(slots=True)  # not frozen: see the module docstring
+
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring
 class Pubcomp:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
+
+    def __init__(
+        self, packet_id: int, reason_code: int = 0, properties: Properties = NO_PROPERTIES
+    ) -> None:
+        self.packet_id = packet_id
+        self.reason_code = reason_code
+        self.properties = properties
 
 
 @dataclass(frozen=True, slots=True)

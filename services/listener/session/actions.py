@@ -17,7 +17,8 @@ Worked example, a QoS 1 publish from a connected client::
 
 Actions are immutable by convention. The ones made for every message (``Send``,
 ``SendPublish``, ``Route``, ``Acked``) are not ``frozen``: a frozen dataclass sets each
-field through ``object.__setattr__``, which cost ~3 µs per message on the hot path.
+field through ``object.__setattr__``, which cost ~3 µs per message on the hot path. Their
+``__init__`` is written out, as the packets' are (see ``mqtt.types``).
 """
 
 from __future__ import annotations
@@ -28,19 +29,26 @@ from services.listener.mqtt.types import Connect, Packet, Publish, Subscription,
 from services.listener.session.messages import Message, OutboundMessage
 
 
-@dataclass(slots=True)  # not frozen: per message, see the module docstring
+@dataclass(slots=True, init=False)  # not frozen: per message, see the module docstring
 class Send:
     """Encode ``packet`` with the session's protocol version and write it."""
 
     packet: Packet
 
+    def __init__(self, packet: Packet) -> None:
+        self.packet = packet
 
-@dataclass(slots=True)  # not frozen: per message, see the module docstring
+
+@dataclass(slots=True, init=False)  # not frozen: per message, see the module docstring
 class SendPublish:
     """Write a PUBLISH that delivers ``delivery`` (logged as ``message.delivered``)."""
 
     packet: Publish
     delivery: OutboundMessage
+
+    def __init__(self, packet: Publish, delivery: OutboundMessage) -> None:
+        self.packet = packet
+        self.delivery = delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +75,17 @@ class Register:
     session_expiry: int
 
 
-@dataclass(slots=True)  # not frozen: per message, see the module docstring
+@dataclass(slots=True, init=False)  # not frozen: per message, see the module docstring
 class Route:
     """Route an accepted PUBLISH. For QoS >= 1 ``token`` is not None and the host answers
     with ``handle_routed(token, reason_code, now)`` once every persistent copy is durable."""
 
     message: Message
     token: int | None
+
+    def __init__(self, message: Message, token: int | None) -> None:
+        self.message = message
+        self.token = token
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +109,16 @@ class UnsubscribeRequest:
     topic_filters: tuple[str, ...]
 
 
-@dataclass(slots=True)  # not frozen: per message, see the module docstring
+@dataclass(slots=True, init=False)  # not frozen: per message, see the module docstring
 class Acked:
     """The client acknowledged ``delivery`` (PUBACK for QoS 1, PUBCOMP for QoS 2).
 
     For persistent sessions the host advances the queue (``delivery.seq``)."""
 
     delivery: OutboundMessage
+
+    def __init__(self, delivery: OutboundMessage) -> None:
+        self.delivery = delivery
 
 
 @dataclass(frozen=True, slots=True)

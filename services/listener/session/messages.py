@@ -11,6 +11,10 @@ not ``frozen=True`` because a frozen dataclass builds itself through
 ``object.__setattr__`` per field, which made construction about four times slower on
 the path that creates two or three of them per message and subscriber; and they are
 not hashable (no code puts them in a set or uses them as a key).
+
+Their ``__init__`` is written out (``init=False``), as that of every dataclass made per
+message (packets, actions): in the compiled build (setup.py) the one ``dataclasses``
+generates stays interpreted, ~1 µs per object against ~0.1 µs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 from services.listener.mqtt.types import NO_PROPERTIES, Properties
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Message:
     """An application message. ``properties`` keeps only what is forwarded to subscribers
     (payload format, content type, response topic, correlation data, user properties);
@@ -37,8 +41,32 @@ class Message:
     expires_at: float | None = None
     properties: Properties = NO_PROPERTIES
 
+    def __init__(
+        self,
+        msg_id: str,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        publisher: str,
+        mountpoint: str,
+        published_at: float,
+        expires_at: float | None = None,
+        properties: Properties = NO_PROPERTIES,
+    ) -> None:
+        self.msg_id = msg_id
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.publisher = publisher
+        self.mountpoint = mountpoint
+        self.published_at = published_at
+        self.expires_at = expires_at
+        self.properties = properties
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class OutboundMessage:
     """A message on its way to one session.
 
@@ -53,3 +81,19 @@ class OutboundMessage:
     sub_ids: tuple[int, ...] = ()
     seq: int | None = None
     dup: bool = False
+
+    def __init__(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...] = (),
+        seq: int | None = None,
+        dup: bool = False,
+    ) -> None:
+        self.message = message
+        self.qos = qos
+        self.retain = retain
+        self.sub_ids = sub_ids
+        self.seq = seq
+        self.dup = dup

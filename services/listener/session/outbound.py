@@ -66,7 +66,7 @@ def packet_id_for_seq(seq: int) -> int:
     return (seq - 1) % MAX_PACKET_ID + 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Inflight:
     """One unacknowledged QoS 1/2 delivery; ``released`` once PUBREL was sent."""
 
@@ -74,6 +74,18 @@ class Inflight:
     packet: Publish | None
     sent_at: float
     released: bool = False
+
+    def __init__(
+        self,
+        delivery: OutboundMessage,
+        packet: Publish | None,
+        sent_at: float,
+        released: bool = False,
+    ) -> None:
+        self.delivery = delivery
+        self.packet = packet
+        self.sent_at = sent_at
+        self.released = released
 
 
 class Outbound:
