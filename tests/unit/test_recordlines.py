@@ -12,7 +12,7 @@ from services.common.events import EVENTS
 from services.common.recordlines import RecordLines
 
 SAMPLES: dict[str, list[Any]] = {
-    "str": ["", "c\u00e9\x00\"\\/\n", "plain"],
+    "str": ["", 'c\u00e9\x00"\\/\n', "plain"],
     "int": [0, -7, 2**40],
     "bool": [True, False],
     "float": [0.0, 1.5, -2.25e-7],
