@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from services.common import log
 from services.listener import proxy_protocol
@@ -67,15 +67,15 @@ if TYPE_CHECKING:
     from services.listener.session.limits import SessionLimits
 
 
-_BUDGET = 200  # packets handled per connection per event-loop turn
-FLOW_MAX_HOLD = 1.0  # s: a subscriber that does not drain in this time holds nobody back
+_BUDGET: Final = 200  # packets handled per connection per event-loop turn
+FLOW_MAX_HOLD: Final = 1.0  # s: a subscriber that does not drain in this time holds nobody back
 
 # The per-message events, compiled once (fields in catalogue order, see log.emitter).
-_log_published = log.emitter("message.published")
-_log_delivered = log.emitter("message.delivered")
-_log_acked = log.emitter("message.acked")
-_log_connected = log.emitter("client.connected")
-_log_disconnected = log.emitter("client.disconnected")
+_log_published: Final = log.emitter("message.published")
+_log_delivered: Final = log.emitter("message.delivered")
+_log_acked: Final = log.emitter("message.acked")
+_log_connected: Final = log.emitter("client.connected")
+_log_disconnected: Final = log.emitter("client.disconnected")
 
 
 class ConnectionGate:
@@ -744,7 +744,7 @@ class Connection:
             log.emit(action.event, "info", **dict(action.fields))
 
 
-_DISPATCH: dict[type, Callable[[Connection, Any], None]] = {
+_DISPATCH: Final[dict[type, Callable[[Connection, Any], None]]] = {
     Send: Connection._send,
     SendPublish: Connection._send_publish,
     Close: Connection._close,

@@ -13,12 +13,14 @@ left out, repeated scalars packed); ``tests/unit/test_listener_store_wire.py`` c
 
 from __future__ import annotations
 
+from typing import Final
+
 from services.listener.mqtt.types import NO_PROPERTIES, Properties
 from services.listener.routing.model import SubOptions
 from services.listener.session.messages import Message, OutboundMessage
 from services.pb import common_pb2, gossip_pb2
 
-_US = 1_000_000
+_US: Final = 1_000_000
 
 
 def message_to_pb(msg: Message, node: str) -> common_pb2.MqttMessage:
@@ -135,7 +137,7 @@ def subs_from_pb(value: bytes) -> dict[str, SubOptions]:
 
 # -- the msgstore stream in wire format -----------------------------------------------
 # Tags are (field number << 3) | wire type; 0 = varint, 2 = length-delimited.
-_SMALL = [bytes((i,)) for i in range(0x80)]
+_SMALL: Final = [bytes((i,)) for i in range(0x80)]
 
 
 def varint(n: int) -> bytes:
@@ -175,7 +177,7 @@ def message_field(msg: common_pb2.MqttMessage) -> bytes:
 
 
 # Delivery's fields after the message, by (qos << 1) | retain, without subscription ids.
-_DELIVERY_TAILS = [
+_DELIVERY_TAILS: Final = [
     (b"\x10" + _SMALL[qos] if qos else b"") + (b"\x18\x01" if retain else b"")
     for qos in (0, 1, 2)
     for retain in (False, True)

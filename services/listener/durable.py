@@ -18,7 +18,7 @@ Worked example: a QoS 1 publish matches two persistent sessions A (online) and B
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from services.listener.mqtt.types import ReasonCode
 from services.listener.routing.model import SubscriberId
@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from services.listener.broker import Broker
     from services.listener.connection import Connection
 
-_OK = msgstore_pb2.APPEND_OK
-_QUEUE_FULL = msgstore_pb2.APPEND_QUEUE_FULL
-_STORE_ERROR = msgstore_pb2.APPEND_STORE_ERROR
-_STALE_EPOCH = msgstore_pb2.APPEND_STALE_EPOCH
+_OK: Final = msgstore_pb2.APPEND_OK
+_QUEUE_FULL: Final = msgstore_pb2.APPEND_QUEUE_FULL
+_STORE_ERROR: Final = msgstore_pb2.APPEND_STORE_ERROR
+_STALE_EPOCH: Final = msgstore_pb2.APPEND_STALE_EPOCH
 
 
 class Queued:

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
+from typing import Final
 
 import grpc
 
@@ -37,15 +38,15 @@ from services.common.grpcutil import rpc_failed_as
 from services.listener import convert
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
-UNAVAILABLE = -1
+UNAVAILABLE: Final = -1
 """The status an append's callback gets when the store could not confirm the write."""
 
 AppendCallback = Callable[[int, int, str], None]
 """Called once per append with ``(status, seq, error)``: status is a
 ``msgstore_pb2.AppendStatus`` or :data:`UNAVAILABLE` (then ``error`` says why)."""
 
-_STREAM = "/ternmq.msgstore.MsgStore/Stream"
-_KEY_CACHE = 65536  # encoded session keys kept (cleared when full: bounded, rarely missed)
+_STREAM: Final = "/ternmq.msgstore.MsgStore/Stream"
+_KEY_CACHE: Final = 65536  # encoded session keys kept (cleared when full: bounded, rarely missed)
 
 
 class StreamBroken(Exception):

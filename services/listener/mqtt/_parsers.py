@@ -16,6 +16,7 @@ code (0x8F, 0x90, 0x94) names the problem better.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from . import _wire as w
 from ._connect import parse_connect
@@ -259,7 +260,7 @@ def parse_auth(flags: int, data: bytes, pos: int, end: int, version: int) -> Aut
     return Auth(code, props)
 
 
-PARSERS: dict[int, Parser] = {
+PARSERS: Final[dict[int, Parser]] = {
     PacketType.CONNECT: parse_connect,
     PacketType.CONNACK: parse_connack,
     PacketType.PUBLISH: parse_publish,
@@ -278,7 +279,7 @@ PARSERS: dict[int, Parser] = {
 }
 
 # Required low nibble of the fixed header; None = carries flags (PUBLISH) [MQTT-2.2.2-1].
-FIXED_FLAGS: dict[int, int | None] = {ptype: 0 for ptype in PARSERS}
+FIXED_FLAGS: Final[dict[int, int | None]] = {ptype: 0 for ptype in PARSERS}
 FIXED_FLAGS[PacketType.PUBLISH] = None
 FIXED_FLAGS[PacketType.PUBREL] = 0b0010
 FIXED_FLAGS[PacketType.SUBSCRIBE] = 0b0010

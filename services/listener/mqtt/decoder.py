@@ -27,13 +27,15 @@ topic "a" (00 01 61), payload b"hi".
 
 from __future__ import annotations
 
+from typing import Final
+
 from ._parsers import FIXED_FLAGS, PARSERS
 from .errors import MalformedPacket, MQTTError, PacketTooLarge
 from .types import Connect, Packet, PacketType
 
 __all__ = ["Decoder"]
 
-_CONNECT = PacketType.CONNECT
+_CONNECT: Final = PacketType.CONNECT
 
 
 class Decoder:

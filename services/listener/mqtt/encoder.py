@@ -16,7 +16,7 @@ once per message by the caller and only the per-subscriber fields vary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from . import _wire as w
 from .errors import EncodeError
@@ -268,7 +268,7 @@ def _auth(p: Auth, version: int) -> bytes:
     return _frame(0xF0, _reason_and_props(p.reason_code, p.properties, T.AUTH))
 
 
-_ENCODERS: dict[type, _Encoder] = {
+_ENCODERS: Final[dict[type, _Encoder]] = {
     Connect: _connect,
     Publish: _publish,
     Connack: _connack,

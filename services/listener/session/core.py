@@ -37,7 +37,7 @@ on first use.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from services.listener.mqtt.errors import MQTTError, ProtocolError
 from services.listener.mqtt.types import (
@@ -79,14 +79,14 @@ from services.listener.session.state import SessionState
 
 __all__ = ["EARLY_PACKET_LIMIT", "Session", "SessionState"]
 
-EARLY_PACKET_LIMIT = 100
+EARLY_PACKET_LIMIT: Final = 100
 """Packets a client may pipeline behind CONNECT before its CONNACK (then: closed)."""
 
 
 # Each handler takes the packet type it is filed under, which Callable cannot express.
 Handler = Callable[["Session", Any, float], list[Action]]
 
-_CONNECTED: dict[type, Handler] = {
+_CONNECTED: Final[dict[type, Handler]] = {
     Publish: handle_publish.handle_publish,
     Puback: handle_puback.handle_puback,
     Pubrec: handle_puback.handle_pubrec,
