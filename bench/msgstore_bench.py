@@ -128,10 +128,10 @@ async def run_stream(
         started, targets = sent.pop(result.batch_id)
         totals.latency.append(time.monotonic() - started)
         totals.batches += 1
-        for q, res in zip(targets, result.results, strict=True):
-            if res.status == msgstore_pb2.APPEND_OK:
+        for q, status, seq in zip(targets, result.statuses, result.seqs, strict=True):
+            if status == msgstore_pb2.APPEND_OK:
                 totals.appends += 1
-                to_ack.setdefault(q, []).append(res.seq)
+                to_ack.setdefault(q, []).append(seq)
             else:
                 totals.errors += 1
         window.release()

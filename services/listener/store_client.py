@@ -284,16 +284,19 @@ class StoreClient:
             raise StreamBroken("batch results out of order")
         batch = self._inflight.popleft()
         self._slot.set()
-        results = result.results
-        if result.error and not results:
+        statuses = result.statuses
+        seqs = result.seqs
+        if result.error and not statuses:
             self._fail(batch, result.error)
             return
         callbacks = batch.callbacks
-        if len(results) != len(callbacks):
-            raise StreamBroken(f"{len(results)} results for {len(callbacks)} appends")
-        for callback, res in zip(callbacks, results, strict=True):
+        if len(statuses) != len(callbacks) or len(seqs) != len(callbacks):
+            raise StreamBroken(
+                f"{len(statuses)} statuses and {len(seqs)} seqs for {len(callbacks)} appends"
+            )
+        for callback, status, seq in zip(callbacks, statuses, seqs, strict=True):
             try:
-                callback(res.status, res.seq, "")
+                callback(status, seq, "")
             except Exception as exc:  # a bug in the callback: reported, the stream goes on
                 _report(exc)
         if batch.done is not None and not batch.done.done():

@@ -7,8 +7,10 @@ Messages are stored as serialized ``Delivery`` bytes and parsed again only on Re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from services.common import log
+from services.msgstore import wire
 from services.msgstore.model import (
     Ack,
     Append,
@@ -30,20 +32,18 @@ def session_id(key: common_pb2.SessionKey) -> SessionId:
 
 
 def batch_from_pb(
-    batch: msgstore_pb2.StoreBatch, logged: list[tuple[str, int]] | None = None
+    batch: msgstore_pb2.StoreBatch, data: bytes, logged: list[tuple[str, int]] | None = None
 ) -> WriteBatch:
-    """Raises ValueError for a mark kind this store does not know. With ``logged``, the
-    ``(msg_id, qos)`` of each append is added to it for ``message.queued`` (read here, in
-    the one pass over the parsed batch)."""
+    """``batch`` parsed from ``data`` (which validated it), as the queue core's batch: its
+    acks and marks read from ``batch``, its appends from ``data`` by ``wire`` (see there
+    why). Raises ValueError for a mark kind this store does not know. With ``logged``,
+    the ``(msg_id, qos)`` of each append is added to it for ``message.queued``."""
     appends: list[Append] = []
-    for a in batch.appends:  # the hot loop: one message per subscriber of a publish
-        key = a.key
-        delivery = a.delivery
+    for a in wire.appends(data, logged is not None):  # one per subscriber of a publish
         # Append(...) without the NamedTuple's Python-level __new__
-        sid = (key.mountpoint, key.client_id)
-        appends.append(_tuple_new(Append, (sid, a.epoch, delivery.SerializeToString())))
+        appends.append(_tuple_new(Append, ((a.mountpoint, a.client_id), a.epoch, a.delivery)))
         if logged is not None:
-            logged.append((delivery.msg.msg_id, delivery.qos))
+            logged.append((a.msg_id, a.qos))
     return WriteBatch(
         batch.batch_id,
         tuple(appends),
@@ -56,9 +56,13 @@ def result_to_pb(result: BatchResult) -> msgstore_pb2.StoreBatchResult:
     reply = msgstore_pb2.StoreBatchResult(
         batch_id=result.batch_id, error=result.error, stale_acks=result.stale_acks
     )
-    add = reply.results.add
+    statuses: list[Any] = []  # model.AppendStatus: the numbers of msgstore.AppendStatus
+    seqs: list[int] = []
     for status, seq in result.results:
-        add(status=status, seq=seq)
+        statuses.append(status)
+        seqs.append(seq)
+    reply.statuses.extend(statuses)
+    reply.seqs.extend(seqs)
     return reply
 
 

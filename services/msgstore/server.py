@@ -21,8 +21,8 @@ from services.msgstore.engines.base import StoreError
 from services.msgstore.engines.lmdb_engine import LmdbEngine
 from services.msgstore.metrics import StoreMetrics
 from services.msgstore.queue import DBS, QueueStore
-from services.msgstore.servicer import MsgStoreServicer
-from services.pb import common_pb2_grpc, msgstore_pb2_grpc
+from services.msgstore.servicer import MsgStoreServicer, add_to_server
+from services.pb import common_pb2_grpc
 
 STOP_GRACE = 1.0  # seconds in-flight RPCs get to finish once stop is set
 
@@ -96,7 +96,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         }
 
     server = create_server()
-    msgstore_pb2_grpc.add_MsgStoreServicer_to_server(servicer, server)
+    add_to_server(servicer, server)
     admin = AdminServicer("msgstore", config["nodename"], registry, details, lambda: ready)
     common_pb2_grpc.add_AdminServicer_to_server(admin, server)
     address = service_address(config, "msgstore")

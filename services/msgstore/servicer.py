@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from services.common import log
 from services.msgstore.committer import Committer
@@ -55,7 +56,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         self.streams = 0
 
     async def Stream(
-        self, request_iterator: AsyncIterator[msgstore_pb2.StoreBatch], context: Any
+        self, request_iterator: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[msgstore_pb2.StoreBatchResult]:
         waiting: asyncio.Queue[_Waiting | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self.inflight)
@@ -83,26 +84,43 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
 
     async def _read(
         self,
-        requests: AsyncIterator[msgstore_pb2.StoreBatch],
+        requests: AsyncIterator[bytes],
         waiting: asyncio.Queue[_Waiting | None],
         slots: asyncio.Semaphore,
         stream: object,
     ) -> None:
         try:
-            async for batch in requests:
+            async for data in requests:
                 await slots.acquire()
                 logged: list[tuple[str, int]] = []
                 try:
-                    job = batch_from_pb(batch, logged if log.message_events_enabled() else None)
-                    future = self.committer.submit(job, stream)
-                    waiting.put_nowait((job.appends, logged, future))
+                    batch = msgstore_pb2.StoreBatch.FromString(data)
+                except DecodeError as exc:  # whose appends and batch id are unknown
+                    self._refuse(waiting, 0, 0, f"not a StoreBatch: {exc}")
+                    continue
+                try:
+                    job = batch_from_pb(
+                        batch, data, logged if log.message_events_enabled() else None
+                    )
                 except ValueError as exc:  # refused before it reaches the store
-                    future = asyncio.get_running_loop().create_future()
-                    refused = [AppendResult(AppendStatus.STORE_ERROR)] * len(batch.appends)
-                    future.set_result(BatchResult(batch.batch_id, refused, f"invalid batch: {exc}"))
-                    waiting.put_nowait(((), [], future))
+                    self._refuse(waiting, batch.batch_id, len(batch.appends), str(exc))
+                    continue
+                future = self.committer.submit(job, stream)
+                waiting.put_nowait((job.appends, logged, future))
         finally:
             waiting.put_nowait(None)
+
+    @staticmethod
+    def _refuse(
+        waiting: asyncio.Queue[_Waiting | None], batch_id: int, appends: int, why: str
+    ) -> None:
+        """Answer a batch the store cannot take: each of its appends fails (none at all,
+        and batch id 0, when it could not be read: the listener then fails every append of
+        the batch it expected and reopens the stream)."""
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        refused = [AppendResult(AppendStatus.STORE_ERROR)] * appends
+        future.set_result(BatchResult(batch_id, refused, f"invalid batch: {why}"))
+        waiting.put_nowait(((), [], future))
 
     async def Open(
         self, request: msgstore_pb2.OpenRequest, context: Any
@@ -173,3 +191,31 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             log.emit("store.error", "warning", op="queues", reason=str(exc))
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"store error: {exc}")
         return msgstore_pb2.QueuesReply(queues=[state_to_pb(s) for s in found], next=after)
+
+
+def add_to_server(servicer: MsgStoreServicer, server: grpc.aio.Server) -> None:
+    """The generated ``add_MsgStoreServicer_to_server``, except that ``Stream`` gets its
+    batches as bytes: ``batch_from_pb`` reads the appends from them (see ``wire``)."""
+    pb = msgstore_pb2
+
+    def unary(method: Any, request: Any, reply: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            method,
+            request_deserializer=request.FromString,
+            response_serializer=reply.SerializeToString,
+        )
+
+    handlers = {
+        "Stream": grpc.stream_stream_rpc_method_handler(
+            servicer.Stream,
+            request_deserializer=None,
+            response_serializer=pb.StoreBatchResult.SerializeToString,
+        ),
+        "Open": unary(servicer.Open, pb.OpenRequest, pb.QueueState),
+        "Read": unary(servicer.Read, pb.ReadRequest, pb.ReadReply),
+        "Delete": unary(servicer.Delete, pb.DeleteRequest, pb.QueueState),
+        "Stats": unary(servicer.Stats, pb.StatsRequest, pb.StatsReply),
+        "Queues": unary(servicer.Queues, pb.QueuesRequest, pb.QueuesReply),
+    }
+    service = "ternmq.msgstore.MsgStore"
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))

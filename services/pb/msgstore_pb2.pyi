@@ -76,25 +76,19 @@ class StoreBatch(_message.Message):
     marks: _containers.RepeatedCompositeFieldContainer[Mark]
     def __init__(self, batch_id: _Optional[int] = ..., appends: _Optional[_Iterable[_Union[Append, _Mapping]]] = ..., acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[Mark, _Mapping]]] = ...) -> None: ...
 
-class AppendResult(_message.Message):
-    __slots__ = ("status", "seq")
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    SEQ_FIELD_NUMBER: _ClassVar[int]
-    status: AppendStatus
-    seq: int
-    def __init__(self, status: _Optional[_Union[AppendStatus, str]] = ..., seq: _Optional[int] = ...) -> None: ...
-
 class StoreBatchResult(_message.Message):
-    __slots__ = ("batch_id", "results", "error", "stale_acks")
+    __slots__ = ("batch_id", "error", "stale_acks", "statuses", "seqs")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
-    RESULTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STALE_ACKS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    SEQS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
-    results: _containers.RepeatedCompositeFieldContainer[AppendResult]
     error: str
     stale_acks: int
-    def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[AppendResult, _Mapping]]] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ...) -> None: ...
+    statuses: _containers.RepeatedScalarFieldContainer[AppendStatus]
+    seqs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, batch_id: _Optional[int] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[AppendStatus, str]]] = ..., seqs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
     __slots__ = ("key", "epoch", "create", "clean", "max_len")

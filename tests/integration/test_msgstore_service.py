@@ -154,6 +154,12 @@ def append(msg_id: str, epoch: int = 1, key: common_pb2.SessionKey = KEY,
     return msgstore_pb2.Append(key=key, epoch=epoch, delivery=common_pb2.Delivery(msg=msg, qos=1))
 
 
+def pairs(result: msgstore_pb2.StoreBatchResult) -> list[tuple[int, int]]:
+    """``(status, seq)`` of each append of the batch."""
+    assert len(result.statuses) == len(result.seqs)
+    return list(zip(result.statuses, result.seqs, strict=True))
+
+
 def one_batch(ms: MsgStore, batch: msgstore_pb2.StoreBatch) -> msgstore_pb2.StoreBatchResult:
     (result,) = list(ms.stub.Stream(iter([batch]), timeout=30))
     assert isinstance(result, msgstore_pb2.StoreBatchResult)
@@ -194,8 +200,8 @@ def test_acknowledged_appends_survive_sigkill_in_order(store: Callable[..., MsgS
         for result in ms.stub.Stream(pipe.requests()):
             assert result.batch_id == next_batch and not result.error
             ids = pipe.sent[result.batch_id]
-            assert [r.status for r in result.results] == [msgstore_pb2.APPEND_OK] * len(ids)
-            acked += [(r.seq, m) for r, m in zip(result.results, ids, strict=True)]
+            assert list(result.statuses) == [msgstore_pb2.APPEND_OK] * len(ids)
+            acked += list(zip(result.seqs, ids, strict=True))
             next_batch += 1
             pipe.window.release()
             if next_batch == 150:
@@ -218,8 +224,7 @@ def test_acknowledged_appends_survive_sigkill_in_order(store: Callable[..., MsgS
     assert state.last_seq == len(stored) and state.count == len(stored)
 
     result = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=1, appends=[append("after")]))
-    assert result.results[0].status == msgstore_pb2.APPEND_OK
-    assert result.results[0].seq == len(stored) + 1
+    assert pairs(result) == [(msgstore_pb2.APPEND_OK, len(stored) + 1)]
     assert ms.stop() == 0
 
 
@@ -236,7 +241,7 @@ def test_stale_epochs_are_refused_and_fencing_survives_restart(
         batch_id=9, appends=[append("old", epoch=3), append("new", epoch=5), append("pub", 0)]
     )
     result = one_batch(ms, batch)
-    assert [(r.status, r.seq) for r in result.results] == [
+    assert pairs(result) == [
         (msgstore_pb2.APPEND_STALE_EPOCH, 0), (msgstore_pb2.APPEND_OK, 1),
         (msgstore_pb2.APPEND_OK, 2),
     ]  # fmt: skip
@@ -251,7 +256,7 @@ def test_stale_epochs_are_refused_and_fencing_survives_restart(
     assert "stale epoch" in ms.stub.Open(msgstore_pb2.OpenRequest(key=KEY, epoch=4)).error
     assert ms.stub.Open(msgstore_pb2.OpenRequest(key=KEY, epoch=6)).epoch == 6
     result = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=1, appends=[append("x", epoch=5)]))
-    assert result.results[0].status == msgstore_pb2.APPEND_STALE_EPOCH
+    assert pairs(result) == [(msgstore_pb2.APPEND_STALE_EPOCH, 0)]
     assert ms.stop() == 0
     log = (ms.base / "log" / "msgstore.jsonl").read_text()
     assert '"event":"queue.created"' in log and '"event":"message.queued"' in log
@@ -270,10 +275,10 @@ def test_a_full_store_refuses_appends_clearly_and_keeps_serving(
             batch_id=b, appends=[append(f"big{b}-{i}", size=4000) for i in range(10)]
         )
         result = one_batch(ms, batch)
-        ok += [r.seq for r in result.results if r.status == msgstore_pb2.APPEND_OK]
+        ok += [seq for status, seq in pairs(result) if status == msgstore_pb2.APPEND_OK]
         if result.error:
             error = result.error
-            statuses = {r.status for r in result.results}
+            statuses = set(result.statuses)
             assert msgstore_pb2.APPEND_STORE_ERROR in statuses
             break
     assert "store full" in error, "the store never filled"
@@ -284,15 +289,48 @@ def test_a_full_store_refuses_appends_clearly_and_keeps_serving(
     assert [s for s, _ in ms.read_all(KEY)] == ok
 
     again = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=1, appends=[append("more", size=4000)]))
-    assert again.results[0].status == msgstore_pb2.APPEND_STORE_ERROR and again.error
+    assert list(again.statuses) == [msgstore_pb2.APPEND_STORE_ERROR] and again.error
     # Acknowledging drains the store; appends are accepted again.
     drained = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=2, acks=[
         msgstore_pb2.Ack(key=KEY, epoch=1, seqs=ok)]))  # fmt: skip
     assert not drained.error
     after = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=3, appends=[append("fits", size=4000)]))
-    assert after.results[0].status == msgstore_pb2.APPEND_OK
+    assert list(after.statuses) == [msgstore_pb2.APPEND_OK]
     assert ms.stop() == 0
     assert '"event":"store.error"' in (ms.base / "log" / "msgstore.jsonl").read_text()
+
+
+def test_unreadable_and_invalid_batches_are_refused_and_the_stream_goes_on(
+    store: Callable[..., MsgStore],
+) -> None:
+    """Batches reach the store as bytes (``wire`` reads their appends): protobuf still
+    validates each one, and what it or the store refuses is answered, not stored."""
+    ms = store()
+    ms.start()
+    ms.stub.Open(msgstore_pb2.OpenRequest(key=KEY, epoch=1, create=True))
+    assert ms.channel is not None
+    raw = ms.channel.stream_stream(
+        "/ternmq.msgstore.MsgStore/Stream",
+        request_serializer=None,
+        response_deserializer=msgstore_pb2.StoreBatchResult.FromString,
+    )
+    bad_utf8 = msgstore_pb2.StoreBatch(batch_id=2, appends=[append("tmp")]).SerializeToString()
+    bad_utf8 = bad_utf8.replace(b"tmp", b"t\xffp")  # msg_id no longer UTF-8
+    bad_mark = msgstore_pb2.StoreBatch(
+        batch_id=3, appends=[append("m1")], marks=[msgstore_pb2.Mark(key=KEY, epoch=1, kind=7)]
+    ).SerializeToString()
+    good = msgstore_pb2.StoreBatch(batch_id=4, appends=[append("ok")]).SerializeToString()
+    results = list(raw(iter([b"\x12\x05\x0a", bad_utf8, bad_mark, good]), timeout=30))
+
+    assert [r.batch_id for r in results] == [0, 0, 3, 4]  # 0: unreadable, id unknown
+    truncated, not_utf8, unknown_kind, fine = results
+    assert "not a StoreBatch" in truncated.error and not truncated.statuses
+    assert "not a StoreBatch" in not_utf8.error and not not_utf8.statuses
+    assert "invalid batch" in unknown_kind.error
+    assert pairs(unknown_kind) == [(msgstore_pb2.APPEND_STORE_ERROR, 0)]
+    assert pairs(fine) == [(msgstore_pb2.APPEND_OK, 1)] and not fine.error
+    assert ms.read_all(KEY) == [(1, "ok")]
+    assert ms.stop() == 0
 
 
 def test_the_data_dir_and_lock_are_reused_after_sigkill(store: Callable[..., MsgStore]) -> None:

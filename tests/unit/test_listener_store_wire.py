@@ -22,8 +22,8 @@ def _key(mountpoint: str, client_id: str) -> common_pb2.SessionKey:
 
 @given(st.integers(min_value=0, max_value=2**64 - 1))
 def test_varint_matches_protobuf(n: int) -> None:
-    pb = msgstore_pb2.AppendResult(seq=n)
-    assert (b"\x10" + convert.varint(n) if n else b"") == pb.SerializeToString()
+    pb = msgstore_pb2.Ack(delivered_upto=n)  # uint64, field 4
+    assert (b"\x20" + convert.varint(n) if n else b"") == pb.SerializeToString()
 
 
 def test_varint_refuses_negative_numbers() -> None:
