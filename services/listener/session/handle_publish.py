@@ -56,13 +56,18 @@ if TYPE_CHECKING:
     from services.listener.session.core import Session
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PendingAck:
     """An inbound QoS 1/2 PUBLISH awaiting its acknowledgement; ``code`` is None while
-    routing, then the v5 reason code to answer with."""
+    routing, then the v5 reason code to answer with. (``__init__`` written out: compiled,
+    the generated one stays interpreted — one per QoS >= 1 publish.)"""
 
     qos: int
-    code: int | None = None
+    code: int | None
+
+    def __init__(self, qos: int, code: int | None = None) -> None:
+        self.qos = qos
+        self.code = code
 
 
 @dataclass(slots=True)
