@@ -148,12 +148,15 @@ def varint(n: int) -> bytes:
         return _SMALL[n]
     if n < 0x4000:  # lengths of most entries
         return bytes(((n & 0x7F) | 0x80, n >> 7))
-    out = bytearray()
+    # Gathered in an int written out once: a quarter of a bytearray's cost compiled
+    acc = 0
+    shift = 0
     while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
+        acc |= ((n & 0x7F) | 0x80) << shift
+        shift += 8
         n >>= 7
-    out.append(n)
-    return bytes(out)
+    acc |= n << shift
+    return acc.to_bytes((shift >> 3) + 1, "little")
 
 
 def _field(tag: bytes, data: bytes) -> bytes:
@@ -171,9 +174,78 @@ def key_field(mountpoint: str, client_id: str) -> bytes:
     return _field(b"\x0a", _str_field(b"\x0a", mountpoint) + _str_field(b"\x12", client_id))
 
 
-def message_field(msg: common_pb2.MqttMessage) -> bytes:
-    """``MqttMessage`` as field 1 of ``Delivery``."""
-    return _field(b"\x0a", msg.SerializeToString())
+def _int64(n: int) -> bytes:
+    """An ``int64`` varint: a negative number as its 64-bit two's complement."""
+    return varint(n if n >= 0 else n + (1 << 64))
+
+
+def _put(parts: list[bytes], tag: bytes, data: bytes) -> None:
+    """A length-delimited field, appended in pieces (one join at the end, no copies)."""
+    n = len(data)
+    parts.append(tag)
+    parts.append(_SMALL[n] if n < 0x80 else varint(n))
+    parts.append(data)
+
+
+def message_bytes(msg: Message, node: str) -> bytes:
+    """``MqttMessage`` serialized, as ``message_to_pb(msg, node).SerializeToString()``
+    writes it."""
+    return b"".join(_message_parts(msg, node, []))
+
+
+def message_field(msg: Message, node: str) -> bytes:
+    """``MqttMessage`` as field 1 of ``Delivery`` (once per publish to a persistent
+    session: 1.5 µs here, 3.7 through the generated class)."""
+    parts = _message_parts(msg, node, [b"\x0a", b""])
+    size = 0
+    for part in parts:
+        size += len(part)
+    size -= 1
+    parts[1] = _SMALL[size] if size < 0x80 else varint(size)
+    return b"".join(parts)
+
+
+def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
+    if msg.msg_id:
+        _put(parts, b"\x0a", msg.msg_id.encode())
+    if msg.topic:
+        _put(parts, b"\x12", msg.topic.encode())
+    if msg.mountpoint:
+        _put(parts, b"\x1a", msg.mountpoint.encode())
+    if msg.payload:
+        _put(parts, b"\x22", msg.payload)
+    if msg.qos:
+        parts.append(b"\x28")
+        parts.append(varint(msg.qos))
+    if msg.retain:
+        parts.append(b"\x30\x01")
+    if msg.publisher:
+        _put(parts, b"\x3a", msg.publisher.encode())
+    if node:
+        _put(parts, b"\x42", node.encode())
+    published_us = int(msg.published_at * _US)
+    if published_us:
+        parts.append(b"\x48")
+        parts.append(_int64(published_us))
+    if msg.expires_at is not None:
+        expires_us = int(msg.expires_at * _US)
+        if expires_us:
+            parts.append(b"\x50")
+            parts.append(_int64(expires_us))
+    props = msg.properties
+    if props is not NO_PROPERTIES:
+        if props.payload_format_indicator is not None:  # optional: written even if 0
+            parts.append(b"\x58")
+            parts.append(varint(props.payload_format_indicator))
+        if props.content_type:
+            _put(parts, b"\x62", props.content_type.encode())
+        if props.response_topic:
+            _put(parts, b"\x6a", props.response_topic.encode())
+        if props.correlation_data:
+            _put(parts, b"\x72", props.correlation_data)
+        for key, value in props.user_properties:
+            _put(parts, b"\x7a", _str_field(b"\x0a", key) + _str_field(b"\x12", value))
+    return parts
 
 
 # Delivery's fields after the message, by (qos << 1) | retain, without subscription ids.

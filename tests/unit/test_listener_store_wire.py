@@ -34,9 +34,61 @@ def test_varint_refuses_negative_numbers() -> None:
 def test_message_field_is_the_serialized_message() -> None:
     msg = Message("n-1", "a/b", b"x" * 200, 1, True, "pub", "mp", 1700000000.25, 1700000100.5)
     pb = convert.message_to_pb(msg, "node@host")
-    delivery = common_pb2.Delivery.FromString(convert.message_field(pb))
+    delivery = common_pb2.Delivery.FromString(convert.message_field(msg, "node@host"))
     assert delivery.msg == pb
     assert convert.message_from_pb(delivery.msg) == msg
+
+
+maybe_text = st.none() | text
+properties = st.builds(
+    Properties,
+    payload_format_indicator=st.none() | st.integers(min_value=0, max_value=255),
+    content_type=maybe_text,
+    response_topic=maybe_text,
+    correlation_data=st.none() | st.binary(max_size=40),
+    user_properties=st.lists(st.tuples(text, text), max_size=3).map(tuple),
+)
+# published_us and expires_us are int64: negative ones (a clock before 1970) included
+times = st.floats(min_value=-1e9, max_value=4e9, allow_nan=False)
+
+
+@given(
+    msg_id=text,
+    topic=text,
+    payload=st.binary(max_size=300),
+    qos=st.integers(min_value=0, max_value=2),
+    retain=st.booleans(),
+    publisher=text,
+    mountpoint=text,
+    published_at=times,
+    expires_at=st.none() | times,
+    props=st.just(Properties()) | properties,
+    node=text,
+)
+def test_message_bytes_match_protobuf(
+    msg_id: str,
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    publisher: str,
+    mountpoint: str,
+    published_at: float,
+    expires_at: float | None,
+    props: Properties,
+    node: str,
+) -> None:
+    msg = Message(
+        msg_id, topic, payload, qos, retain, publisher, mountpoint, published_at, expires_at, props
+    )
+    expected = convert.message_to_pb(msg, node).SerializeToString()
+    assert convert.message_bytes(msg, node) == expected
+
+
+def test_message_bytes_refuse_a_string_that_is_not_utf8() -> None:
+    msg = Message("id", "a/\ud800", b"x", 0, False, "p", "", 1.0)
+    with pytest.raises(UnicodeEncodeError):
+        convert.message_bytes(msg, "node")
 
 
 @given(
@@ -62,7 +114,7 @@ def test_append_entry_matches_protobuf(
     encoded = convert.append_entry(
         convert.key_field(mountpoint, client_id),
         epoch,
-        convert.message_field(pb_msg),
+        convert.message_field(msg, "node"),
         qos,
         retain,
         tuple(sub_ids),
