@@ -3,8 +3,9 @@
 Theory of operation: every control packet is one slotted dataclass and an immutable
 value that the session state machine can match on (``match pkt: case Publish(...)``)
 and tests can compare with ``==``. Most are ``frozen=True``; PUBLISH and its four
-acknowledgements are immutable by convention only (nothing assigns to a field; a changed
-copy is made with ``dataclasses.replace``): several of them are built per message, and a
+acknowledgements, CONNECT (and its Will) and CONNACK are immutable by convention only
+(nothing assigns to a field; a changed copy is made with ``dataclasses.replace``): they are
+built per message or per connection, and a
 frozen dataclass builds itself through one ``object.__setattr__`` per field, two to
 three times the cost of a plain one. They are therefore not hashable either, and their
 ``__init__`` is written out (``init=False``): in the compiled build (setup.py) the one
@@ -221,7 +222,7 @@ class Properties:
 NO_PROPERTIES = Properties()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring (per connection)
 class Will:
     topic: str
     payload: bytes
@@ -229,8 +230,22 @@ class Will:
     retain: bool = False
     properties: Properties = NO_PROPERTIES
 
+    def __init__(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties = NO_PROPERTIES,
+    ) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.properties = properties
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring (per connection)
 class Connect:
     protocol_name: str
     protocol_version: int
@@ -242,14 +257,43 @@ class Connect:
     password: bytes | None = None
     properties: Properties = NO_PROPERTIES
 
+    def __init__(
+        self,
+        protocol_name: str,
+        protocol_version: int,
+        clean_start: bool,
+        keepalive: int,
+        client_id: str,
+        will: Will | None = None,
+        username: str | None = None,
+        password: bytes | None = None,
+        properties: Properties = NO_PROPERTIES,
+    ) -> None:
+        self.protocol_name = protocol_name
+        self.protocol_version = protocol_version
+        self.clean_start = clean_start
+        self.keepalive = keepalive
+        self.client_id = client_id
+        self.will = will
+        self.username = username
+        self.password = password
+        self.properties = properties
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)  # not frozen: see the module docstring (per connection)
 class Connack:
     """``reason_code`` is the 3.1.1 return code for v3/v4, the MQTT 5 reason code for v5."""
 
     session_present: bool
     reason_code: int
     properties: Properties = NO_PROPERTIES
+
+    def __init__(
+        self, session_present: bool, reason_code: int, properties: Properties = NO_PROPERTIES
+    ) -> None:
+        self.session_present = session_present
+        self.reason_code = reason_code
+        self.properties = properties
 
 
 @dataclass(slots=True, init=False)  # not frozen: see the module docstring

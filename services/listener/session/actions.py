@@ -16,9 +16,10 @@ Worked example, a QoS 1 publish from a connected client::
       -> [Send(Puback(7))]
 
 Actions are immutable by convention. The ones made for every message (``Send``,
-``SendPublish``, ``Route``, ``Acked``) are not ``frozen``: a frozen dataclass sets each
-field through ``object.__setattr__``, which cost ~3 µs per message on the hot path. Their
-``__init__`` is written out, as the packets' are (see ``mqtt.types``).
+``SendPublish``, ``Route``, ``Acked``) or connection (``Register``, ``SetTimer``,
+``CancelTimer``, ``Ended``) are not ``frozen``: a frozen dataclass sets each field through
+``object.__setattr__``, which cost ~3 µs per message on the hot path. Their ``__init__`` is
+written out, as the packets' are (see ``mqtt.types``).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Close:
     reason_code: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # not frozen: per connection, see the module docstring
 class Register:
     """Ask the registry to make this connection the live session of ``client_id``.
 
@@ -73,6 +74,20 @@ class Register:
     mountpoint: str
     clean_start: bool
     session_expiry: int
+
+    def __init__(
+        self,
+        connect: Connect,
+        client_id: str,
+        mountpoint: str,
+        clean_start: bool,
+        session_expiry: int,
+    ) -> None:
+        self.connect = connect
+        self.client_id = client_id
+        self.mountpoint = mountpoint
+        self.clean_start = clean_start
+        self.session_expiry = session_expiry
 
 
 @dataclass(slots=True, init=False)  # not frozen: per message, see the module docstring
@@ -146,20 +161,27 @@ class PublishWill:
     delay: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # not frozen: per connection, see the module docstring
 class SetTimer:
     """Call ``handle_timeout(name, now)`` at wall-clock time ``at`` (replaces ``name``)."""
 
     name: str
     at: float
 
+    def __init__(self, name: str, at: float) -> None:
+        self.name = name
+        self.at = at
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)  # not frozen: per connection, see the module docstring
 class CancelTimer:
     name: str
 
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)  # not frozen: per connection, see the module docstring
 class Ended:
     """The connection is over: tell the registry. ``session_expiry`` may have changed in the
     v5 DISCONNECT; ``taken_over`` when the registry asked for it."""
@@ -167,6 +189,11 @@ class Ended:
     reason: str
     session_expiry: int
     taken_over: bool = False
+
+    def __init__(self, reason: str, session_expiry: int, taken_over: bool = False) -> None:
+        self.reason = reason
+        self.session_expiry = session_expiry
+        self.taken_over = taken_over
 
 
 @dataclass(frozen=True, slots=True)
