@@ -195,7 +195,7 @@ def message_bytes(msg: Message, node: str) -> bytes:
 
 def message_field(msg: Message, node: str) -> bytes:
     """``MqttMessage`` as field 1 of ``Delivery`` (once per publish to a persistent
-    session: 1.5 µs here, 3.7 through the generated class)."""
+    session: 1.9 µs on session 7's machine, 3.5 through the generated class)."""
     parts = _message_parts(msg, node, [b"\x0a", b""])
     size = 0
     for part in parts:
@@ -206,6 +206,9 @@ def message_field(msg: Message, node: str) -> bytes:
 
 
 def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
+    """``parts`` with the message's fields appended as protobuf writes them: in field
+    number order, a zero, empty or unset value left out (``payload_format`` is optional:
+    written when set, even to 0)."""
     if msg.msg_id:
         _put(parts, b"\x0a", msg.msg_id.encode())
     if msg.topic:
