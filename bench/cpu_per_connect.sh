@@ -11,25 +11,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LABEL=$1; shift
 D=${SCRATCH:-/tmp/ternmq-cpc}; PORT=${PORT:-21883}; HTTP=${HTTP:-21888}; CONNS=${CONNS:-10000}
 MQLOAD=${MQLOAD:-$ROOT/bench/results/.build/mqload}
-[ -x "$MQLOAD" ] || { echo "build mqload first (bench/run.sh does) or set MQLOAD" >&2; exit 2; }
-rm -rf "$D"; mkdir -p "$D"
-{
-  echo "nodename = bench@127.0.0.1"
-  echo "data_dir = $D/data"
-  echo "log_dir = $D/log"
-  echo "listener.tcp.default = 127.0.0.1:$PORT"
-  echo "listener.http.default = 127.0.0.1:$HTTP"
-  echo "log.console = off"
-  for line in "$@"; do echo "$line"; done
-} > "$D/ternmq.conf"
-setsid "$ROOT/.venv/bin/ternmq" start --config "$D/ternmq.conf" > "$D/node.out" 2>&1 &
-NODE=$!
-trap 'kill -TERM -- -$NODE 2>/dev/null; wait $NODE 2>/dev/null' EXIT
-for _ in $(seq 120); do curl -sf -o /dev/null "127.0.0.1:$HTTP/health" && break; sleep 0.5; done
-pid_of() { curl -s "127.0.0.1:$HTTP/status" | python3 -c \
-  'import json,sys; print(json.load(sys.stdin)["children"][sys.argv[1]]["pid"])' "$1"; }
+. "$ROOT/bench/fresh_node.sh" "$@"
 LISTENER=$(pid_of listener); REGISTRY=$(pid_of registry)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 l0=$(ticks "$LISTENER"); r0=$(ticks "$REGISTRY")
 # as scenario (d), held 2 s: the CPU read after it includes the disconnects
 out=$(timeout 120 "$MQLOAD" --port "$PORT" --broker-pid "$LISTENER" --id "cpc$$" \

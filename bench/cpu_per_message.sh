@@ -11,26 +11,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LABEL=$1; shift
 D=${SCRATCH:-/tmp/ternmq-cpm}; PORT=${PORT:-21883}; HTTP=${HTTP:-21888}
 MQLOAD=${MQLOAD:-$ROOT/bench/results/.build/mqload}
-[ -x "$MQLOAD" ] || { echo "build mqload first (bench/run.sh does) or set MQLOAD" >&2; exit 2; }
-rm -rf "$D"; mkdir -p "$D"
-{
-  echo "nodename = bench@127.0.0.1"
-  echo "data_dir = $D/data"
-  echo "log_dir = $D/log"
-  echo "listener.tcp.default = 127.0.0.1:$PORT"
-  echo "listener.http.default = 127.0.0.1:$HTTP"
-  echo "log.console = off"
-  for line in "$@"; do echo "$line"; done
-} > "$D/ternmq.conf"
-setsid "$ROOT/.venv/bin/ternmq" start --config "$D/ternmq.conf" > "$D/node.out" 2>&1 &
-NODE=$!
-trap 'kill -TERM -- -$NODE 2>/dev/null; wait $NODE 2>/dev/null' EXIT
-for _ in $(seq 120); do curl -sf -o /dev/null "127.0.0.1:$HTTP/health" && break; sleep 0.5; done
-pid_of() { curl -s "127.0.0.1:$HTTP/status" | python3 -c \
-  'import json,sys; print(json.load(sys.stdin)["children"][sys.argv[1]]["pid"])' "$1"; }
+. "$ROOT/bench/fresh_node.sh" "$@"
 LISTENER=$(pid_of listener); MSGSTORE=$(pid_of msgstore)
 CONVERTERS=$(pgrep -f "logspool --spool $D/log/spool" | tr '\n' ' ')
-ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 l0=$(ticks "$LISTENER"); s0=$(ticks "$MSGSTORE"); c0=$(ticks $CONVERTERS)
 out=$(timeout 60 "$MQLOAD" --port "$PORT" --broker-pid "$LISTENER" --topic "cpm$$" --id "cpm$$" \
   --mode pair --pubs 10 --subs 10 --qos 1 --size 64 --rate 0 --inflight 100 --clean 0 \
