@@ -53,7 +53,7 @@ MAX_SEGMENTS = 16  # more unconverted segments than this and the writer waits (s
 BEHIND_WAIT = 0.005  # s each flush waits while the converter is that far behind
 POLL = 0.05  # s between the converter's passes
 STOP_WAIT = 10.0  # s a closing writer waits for its converter to finish
-NICE = 10  # the converter's niceness
+NICE = 10  # the converter's niceness where SCHED_IDLE is refused
 _HEADER = struct.Struct("<I")
 _END = _HEADER.pack(0)
 _POS_LEN = 20 + 4 + 1 + 20  # "<time_ns>.seg <offset>"
@@ -266,13 +266,20 @@ def converted(path: Path) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs. A zombie does not: a writer killed but not yet reaped by its
+    parent has written its last, and its converter must drain its directory, not leave it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:  # gone between the two calls
+        return False
+    state = stat[stat.rindex(b")") + 1 :].split(maxsplit=1)[0]  # after "(comm)"
+    return state not in (b"Z", b"X")
 
 
 def _locked(path: Path) -> int | None:
@@ -344,6 +351,21 @@ def convert_leftovers(log_dir: Path) -> dict[str, int]:
     return written
 
 
+def _background() -> None:
+    """Run only on CPU the broker leaves idle: SCHED_IDLE, or nice 10 where it is refused.
+
+    The spool absorbs a burst and its bound (MAX_SEGMENTS) throttles the writer if the
+    converter falls that far behind, so a starved converter delays lines, never loses them.
+    On 2 cores under scenario (c) a nice 10 converter still took the core from the msgstore
+    at its wake-ups: SCHED_IDLE gave 70-75k msg/s against 62-65k (docs/benchmarks.md).
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError as exc:  # a sandbox may refuse it; nice is the next best thing
+        print(f"logspool: SCHED_IDLE refused ({exc}), running at nice {NICE}", file=sys.stderr)
+        os.nice(NICE)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spool", type=Path, required=True)
@@ -354,9 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=int, default=10)
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
-    # Background work: on a busy node the broker's own processes come first (the spool
-    # absorbs a burst; on 2 cores under (c) this gave the broker 3 % more throughput).
-    os.nice(NICE)
+    _background()
     log.setup(args.service, args.node, None, console="off")  # the lines' envelope
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -372,11 +392,13 @@ def main(argv: list[str] | None = None) -> int:
         out.lines.extend(lines)
         out.flush()
 
-    adopt_orphans(args.spool, args.service, write)
     own = spool_dir(args.spool.parent, args.service, args.parent)
+    # Locked first: a writer dead before this line must not look like an orphan to
+    # adopt_orphans, which would drain and remove the directory from under us.
     lock_fd = _locked(own)
     if lock_fd is None:  # a restarted converter while the one before still runs
         return 0
+    adopt_orphans(args.spool, args.service, write)
     converter = Converter(own, args.parent, write, (args.node, args.service))
     while True:
         # Read before the pass: the pass after the service went away sees all it wrote.

@@ -115,6 +115,28 @@ def test_a_killed_writer_loses_nothing_it_flushed(tmp_path: Path) -> None:
     assert published == [f"m{i}" for i in range(5000)]
 
 
+def test_the_converter_runs_only_on_idle_cpu(tmp_path: Path) -> None:
+    """SCHED_IDLE: on a busy node the converter must not take a core from the broker at its
+    wake-ups (nice 10 still did, costing (c) ~12 %; docs/benchmarks.md)."""
+    proc = _writer(tmp_path, 10, True, "hold")
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"
+        converters = _pids("services.common.logspool", f"--parent {proc.pid}")
+        assert converters, "its converter runs"
+        wait_for(  # it sets its policy once its imports are done
+            lambda: [os.sched_getscheduler(pid) for pid in converters] == [os.SCHED_IDLE],
+            10,
+            what="the converter under SCHED_IDLE",
+        )
+        assert os.sched_getscheduler(proc.pid) == os.SCHED_OTHER, "the writer is left alone"
+    finally:
+        proc.kill()
+        proc.wait(10)
+    # Its converter may see the writer gone before the writer is reaped (a zombie): it
+    # must still drain the directory.
+    wait_for(lambda: not list((tmp_path / "spool").iterdir()), 20, what="spool converted")
+
+
 def test_a_spool_left_by_a_killed_node_is_converted_by_the_next_start(tmp_path: Path) -> None:
     """Writer and converter SIGKILLed together (the node's process group): the next
     writer's converter converts the leftovers first, each line once."""
@@ -132,6 +154,32 @@ def test_a_spool_left_by_a_killed_node_is_converted_by_the_next_start(tmp_path: 
     wait_for(lambda: len(_lines(tmp_path)) == 3030 + 11, 20, what="leftovers converted")
     ids = [r["msg_id"] for r in _lines(tmp_path) if r["event"] == "message.published"]
     assert ids == [f"m{i}" for i in range(3000)] + [f"m{i}" for i in range(10)]
+    assert not list((tmp_path / "spool").iterdir())
+
+
+def test_a_converter_started_after_its_writer_died_converts_and_exits(tmp_path: Path) -> None:
+    """A converter (re)started for a writer already dead must not take its own writer's
+    directory for an orphan's and fail when that is drained from under it."""
+    proc = _writer(tmp_path, 500, True, "hold", start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"
+    os.killpg(proc.pid, signal.SIGKILL)  # writer and its converter
+    proc.wait(10)
+    wait_for(lambda: not _pids("services.common.logspool", f"--parent {proc.pid}"), 10)
+    converted_before = len(_lines(tmp_path))
+    argv = [
+        sys.executable, "-m", "services.common.logspool",
+        "--spool", str(tmp_path / "spool"), "--out", str(tmp_path / "listener.jsonl"),
+        "--service", "listener", "--node", "n1@127.0.0.1", "--parent", str(proc.pid),
+    ]  # fmt: skip
+    done = subprocess.run(
+        argv,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(_lines(tmp_path)) == 505, f"{converted_before} converted before the kill"
     assert not list((tmp_path / "spool").iterdir())
 
 
