@@ -1,0 +1,93 @@
+"""Typed settings are checked against the schema when built, not when first read."""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from services.common.config import Schema
+from services.common.settings import Setting
+from services.common.typed_settings import SettingsError, build, fits, keys, setting
+
+SCHEMA = Schema(
+    [
+        Setting("data_dir", "str", "./data", ""),
+        Setting("x.size", "size", "4MB", ""),
+        Setting("x.mode", "enum", "fast", "", choices=("fast", "safe")),
+        Setting("x.ttl", "duration", "never", ""),
+        Setting("x.name", "str", "n", ""),
+        Setting("x.tcp.*", "address", "", ""),
+    ]
+)
+
+
+def _never(value: float) -> float | None:
+    return None if value < 0 else value
+
+
+@dataclass(frozen=True, slots=True)
+class Good:
+    data_dir: Path = setting("data_dir", convert=Path)
+    size: int = setting("x.size")
+    mode: Literal["fast", "safe"] = setting("x.mode")
+    ttl: float | None = setting("x.ttl", convert=_never)
+    tcp: dict[str, str] = setting("x.tcp.*")
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    size: int = setting("x.size")
+    typo: int = setting("x.sise")
+
+
+@dataclass(frozen=True, slots=True)
+class WrongType:
+    name: int = setting("x.name")
+    size: str = setting("x.size")
+
+
+def test_builds_typed_values_from_defaults_and_overrides() -> None:
+    config = SCHEMA.empty().with_overrides({"x.ttl": "30s", "x.tcp.a": "127.0.0.1:1"})
+    got = build(Good, config)
+    assert got == Good(
+        data_dir=Path("./data"),
+        size=4 * 1024**2,
+        mode="fast",
+        ttl=30.0,
+        tcp={"x.tcp.a": "127.0.0.1:1"},
+    )
+    assert build(Good, SCHEMA.empty()).ttl is None
+    with pytest.raises(FrozenInstanceError):
+        got.size = 1  # type: ignore[misc]
+    assert keys(Good)["size"] == "x.size"
+
+
+def test_a_key_missing_from_the_schema_fails_naming_field_and_key() -> None:
+    with pytest.raises(SettingsError) as err:
+        build(Missing, SCHEMA.empty())
+    assert err.value.problems == ["typo: key 'x.sise' is not declared in the schema"]
+
+
+def test_a_value_of_the_wrong_type_fails_naming_every_field() -> None:
+    with pytest.raises(SettingsError) as err:
+        build(WrongType, SCHEMA.empty())
+    assert [p.split(":")[0] for p in err.value.problems] == ["name", "size"]
+    assert "does not fit int" in err.value.problems[0]
+
+
+def test_a_literal_field_refuses_a_value_outside_it() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Narrow:
+        mode: Literal["fast"] = setting("x.mode")
+
+    with pytest.raises(SettingsError):
+        build(Narrow, SCHEMA.empty().with_overrides({"x.mode": "safe"}))
+
+
+def test_fits() -> None:
+    assert fits(1, float) and not fits(True, int) and not fits(1.5, int)
+    assert fits(("a", "b"), tuple[str, ...]) and not fits(("a", 1), tuple[str, ...])
+    assert fits(None, float | None) and not fits("x", float | None)
