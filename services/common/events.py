@@ -55,6 +55,7 @@ _SPECS: Final = [
     ),
     _e("service.restarted", "The supervisor restarted a child.", child="str", pid="int"),
     _e("config.loaded", "Configuration was read.", path="str", keys="int"),
+    _e("auth.reloaded", "The password or ACL file changed and was read again."),
     # -- connections and sessions ------------------------------------------------
     _e(
         "client.connected",

@@ -8,9 +8,11 @@ to ``off``); per-listener options are ``listener.tcp.NAME.OPTION``, falling back
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from services.common.config import Config
 from services.common.settings import Setting
+from services.common.typed_settings import setting
 
 UNLIMITED = 0
 
@@ -323,7 +325,34 @@ class TcpListener:
     proxy_protocol: bool = False
 
 
-def tcp_listeners(config: Any) -> list[TcpListener]:
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """What the listener process reads beyond its sessions' limits (``SessionLimits``)
+    and its TCP listeners (``tcp_listeners``); built with ``typed_settings.build``."""
+
+    nodename: str = setting("nodename")
+    max_online_messages: int = setting("max_online_messages")
+    max_offline_messages: int = setting("max_offline_messages")
+    upgrade_outgoing_qos: bool = setting("upgrade_outgoing_qos")
+    shared_subscription_policy: Literal["prefer_local", "local_only", "random", "round_robin"] = (
+        setting("shared_subscription_policy")
+    )
+    max_pending_bytes: int = setting("max_pending_bytes")
+    reuse_port: bool = setting("listener.reuse_port")
+    passwd_enabled: bool = setting("plugins.ternmq_passwd")
+    password_reload_interval: float = setting("ternmq_passwd.password_reload_interval")
+    acl_reload_interval: float = setting("ternmq_acl.acl_reload_interval")
+    systree_enabled: bool = setting("systree_enabled")
+    systree_interval: float = setting("systree_interval")
+
+    @property
+    def auth_reload_interval(self) -> float:
+        """How often the auth files are checked (0: never): the shorter of the two."""
+        intervals = [i for i in (self.password_reload_interval, self.acl_reload_interval) if i]
+        return min(intervals) if intervals else 0.0
+
+
+def tcp_listeners(config: Config) -> list[TcpListener]:
     """The configured TCP listeners with their options resolved."""
     out = []
     for key, value in sorted(config.matching("listener.tcp.*").items()):

@@ -38,6 +38,25 @@ class Header:
     source: tuple[str, int] | None
 
 
+class ProxyReader:
+    """Gathers a connection's first bytes until its PROXY header is complete."""
+
+    __slots__ = ("buf", "rest")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.rest = b""  # what followed the header (MQTT), once it is complete
+
+    def feed(self, data: bytes) -> Header | None:
+        """The header once complete (then ``rest`` holds what followed it), else None."""
+        self.buf += data
+        header = parse(self.buf)
+        if header is not None:
+            self.rest = self.buf[header.consumed :]
+            self.buf = b""
+        return header
+
+
 def parse(buf: bytes) -> Header | None:
     if buf[:1] == b"P":
         if not V1_PREFIX.startswith(buf[:6]):

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from typing import Any, get_args
+from typing import Any
 
 import grpc
 
@@ -29,15 +29,17 @@ from services.common.grpcutil import (
     rpc_failed,
     service_address,
 )
-from services.common.metrics import Child, Registry, SampleValue
+from services.common.metrics import Registry, SampleValue
 from services.common.service import started
-from services.listener import systree
+from services.common.typed_settings import build
+from services.listener import convert, systree
 from services.listener.auth.authorizer import Authorizer, from_config
 from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
-from services.listener.config import TcpListener, tcp_listeners
-from services.listener.connection import Connection, ConnectionGate
-from services.listener.mqtt.types import Packet
+from services.listener.config import ListenerSettings, TcpListener, tcp_listeners
+from services.listener.connection import Connection
+from services.listener.gate import ConnectionGate
+from services.listener.metrics import ListenerMetrics
 from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
 from services.pb import (
@@ -49,36 +51,6 @@ from services.pb import (
 )
 
 _READY_TIMEOUT = 60.0
-
-
-PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(Packet)}
-"""The ``type`` label of the packet counters, by packet class."""
-
-
-class ListenerMetrics:
-    """The listener's counters. Per-packet ones are held as their children (one per packet
-    type, made up front): the hot path does one ``inc``, no label lookup."""
-
-    def __init__(self, m: Registry) -> None:
-        self.connections = m.gauge("connections", "Open MQTT connections")
-        packets_in = m.counter("packets_received_total", "MQTT packets received", ["type"])
-        packets_out = m.counter("packets_sent_total", "MQTT packets sent", ["type"])
-        self.packets_in: dict[type, Child] = {
-            cls: packets_in.labels(name) for cls, name in PACKET_NAMES.items()
-        }
-        self.packets_out: dict[type, Child] = {
-            cls: packets_out.labels(name) for cls, name in PACKET_NAMES.items()
-        }
-        self.bytes_in = m.counter("bytes_received_total", "Bytes received from clients").labels()
-        self.bytes_out = m.counter("bytes_sent_total", "Bytes sent to clients").labels()
-        self.protocol_errors = m.counter(
-            "protocol_errors_total", "Connections closed for malformed or forbidden packets"
-        )
-        self.refused = m.counter(
-            "connections_refused_total",
-            "Connections closed before their CONNECT was read (max_connections)",
-            ["reason"],
-        )
 
 
 async def _wait_ready(name: str, chan: grpc.aio.Channel, stop: asyncio.Event) -> None:
@@ -121,14 +93,9 @@ async def _watch_meta(
 
 def _drop_unseen(broker: Broker, seen: set[tuple[str, bytes]]) -> None:
     """After a resync, forget replica entries that gossip no longer has."""
-    from services.listener import convert
-
-    for sid in {sid for sid, _f, _o in broker.trie.items()}:
-        if sid not in broker.sessions and ("subs", convert.meta_key(*sid)) not in seen:
-            broker.trie.remove_all(sid)
-    for mountpoint, topic, _msg in list(broker.retained):
-        if ("retain", convert.meta_key(mountpoint, topic)) not in seen:
-            broker.retained.clear(mountpoint, topic)
+    subs = (convert.split_meta_key(key) for prefix, key in seen if prefix == "subs")
+    retained = (convert.split_meta_key(key) for prefix, key in seen if prefix == "retain")
+    broker.router.keep_only(subs, retained)
 
 
 async def _watch_registry(
@@ -174,7 +141,7 @@ async def _reload_auth(authorizer: Any, interval: float, stop: asyncio.Event) ->
             await asyncio.wait_for(stop.wait(), timeout=interval)
         try:
             if authorizer.reload_if_changed():
-                log.emit("config.loaded", path="auth files", keys=0)
+                log.emit("auth.reloaded")
         except (OSError, ValueError, AuthFileError) as exc:
             log.emit(
                 "auth.failed",
@@ -208,7 +175,8 @@ def _own_samples(metrics: Registry) -> systree.Source:
 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
-    node = config["nodename"]
+    settings = build(ListenerSettings, config)
+    node = settings.nodename
     metrics = Registry()
     lm = ListenerMetrics(metrics)
     addresses = {name: service_address(config, name) for name in ("registry", "gossip", "msgstore")}
@@ -218,7 +186,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     store = StoreClient(channels["msgstore"])
     store.start()
     broker = Broker(
-        config,
+        settings,
         f"{node}/listener/{os.getpid()}",
         store,
         registry_pb2_grpc.RegistryStub(channels["registry"]),
@@ -236,13 +204,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     await asyncio.wait_for(meta_ready.wait(), _READY_TIMEOUT)
 
     authorizer = _authorizer(config)
-    interval = min(
-        config["ternmq_passwd.password_reload_interval"] or 1e9,
-        config["ternmq_acl.acl_reload_interval"] or 1e9,
-    )
-    tasks.append(
-        asyncio.create_task(_reload_auth(authorizer, interval if interval < 1e9 else 0, stop))
-    )
+    tasks.append(asyncio.create_task(_reload_auth(authorizer, settings.auth_reload_interval, stop)))
     admin = create_server()
     common_pb2_grpc.add_AdminServicer_to_server(
         AdminServicer(
@@ -259,7 +221,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     await admin.start()
 
     servers = []
-    slow_auth = bool(config["plugins.ternmq_passwd"])
+    slow_auth = settings.passwd_enabled
     for lst in tcp_listeners(config):
         limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
 
@@ -270,17 +232,26 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             limits: SessionLimits = limits,
             gate: ConnectionGate | None = gate,
         ) -> Connection:
-            return Connection(broker, lst, limits, authorizer, lm, slow_auth, gate)
+            return Connection(
+                broker, lst, limits, authorizer, lm, slow_auth, gate, settings.max_pending_bytes
+            )
 
-        servers.append(await _start_tcp(lst, factory, config["listener.reuse_port"]))
+        servers.append(await _start_tcp(lst, factory, settings.reuse_port))
         started(f"mqtt://{lst.host}:{lst.port}")
     broker.accepting = True
-    if config["systree_enabled"]:
+    if settings.systree_enabled:
         sources: list[systree.Source] = [_own_samples(metrics)]
         sources += [systree.admin_source(name, chan) for name, chan in channels.items()]
         tasks.append(
             asyncio.create_task(
-                systree.run(broker, node, config["systree_interval"], sources, stop),
+                systree.run(
+                    broker.publish_own,
+                    broker.next_msg_id,
+                    node,
+                    settings.systree_interval,
+                    sources,
+                    stop,
+                ),
                 name="systree",
             )
         )

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
 
 import grpc
 
@@ -27,13 +26,12 @@ from services.listener.session.messages import Message
 from services.listener.systree_topics import systree_messages
 from services.pb import common_pb2, common_pb2_grpc
 
-if TYPE_CHECKING:
-    from services.listener.broker import Broker
-
 PUBLISHER = "$SYS"  # the client id systree messages are published under
 _RPC_TIMEOUT = 2.0
 
 Source = Callable[[], Awaitable[list[SampleValue]]]
+Publish = Callable[[Message], None]
+"""Routes one of the broker's own messages (not counted as published by a client)."""
 
 
 def admin_source(service: str, channel: grpc.aio.Channel) -> Source:
@@ -51,19 +49,25 @@ def admin_source(service: str, channel: grpc.aio.Channel) -> Source:
     return samples
 
 
-async def publish_round(broker: Broker, node: str, sources: Iterable[Source]) -> int:
+async def publish_round(
+    publish: Publish, next_id: Callable[[], str], node: str, sources: Iterable[Source]
+) -> int:
     """Gather every source's samples and route them; returns how many were published."""
     gathered = await asyncio.gather(*(source() for source in sources))
     messages = systree_messages(node, (s for samples in gathered for s in samples))
     now = time.time()
     for topic, payload in messages:
-        msg = Message(broker.next_msg_id(), topic, payload, 0, False, PUBLISHER, "", now)
-        broker.route(msg, None, None, internal=True)
+        publish(Message(next_id(), topic, payload, 0, False, PUBLISHER, "", now))
     return len(messages)
 
 
 async def run(
-    broker: Broker, node: str, interval: float, sources: list[Source], stop: asyncio.Event
+    publish: Publish,
+    next_id: Callable[[], str],
+    node: str,
+    interval: float,
+    sources: list[Source],
+    stop: asyncio.Event,
 ) -> None:
     """Publish a round every ``interval`` seconds until ``stop`` is set."""
     if interval <= 0:
@@ -73,7 +77,7 @@ async def run(
             await asyncio.wait_for(stop.wait(), interval)
             return
         try:
-            await publish_round(broker, node, sources)
+            await publish_round(publish, next_id, node, sources)
         except Exception as exc:  # a bug: reported as asyncio reports one, the next round goes on
             asyncio.get_running_loop().call_exception_handler(
                 {"message": "a $SYS round failed", "exception": exc}

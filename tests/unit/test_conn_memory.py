@@ -27,8 +27,8 @@ from services.common.schema import schema
 from services.listener.broker import Broker
 from services.listener.config import tcp_listeners
 from services.listener.connection import Connection
+from services.listener.metrics import ListenerMetrics
 from services.listener.mqtt.types import NO_PROPERTIES, Connect
-from services.listener.server import ListenerMetrics
 from services.listener.session.actions import Ended, Register
 from services.listener.session.auth import AllowAll
 from services.listener.session.core import Session

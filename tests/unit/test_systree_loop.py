@@ -21,9 +21,9 @@ class RecordingBroker:
         self._ids += 1
         return f"m{self._ids}"
 
-    def route(self, msg: Message, conn: Any, token: Any, internal: bool = False) -> None:
-        assert conn is None and token is None
-        self.routed.append((msg, internal))
+    def publish_own(self, msg: Message) -> None:
+        """As ``Broker.publish_own``: routed as the broker's own (internal) message."""
+        self.routed.append((msg, True))
 
 
 def test_rounds_go_on_after_a_failing_one_and_stop_ends_the_loop() -> None:
@@ -41,7 +41,9 @@ def test_rounds_go_on_after_a_failing_one_and_stop_ends_the_loop() -> None:
         reported: list[dict[str, Any]] = []
         asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
         stop = asyncio.Event()
-        task = asyncio.create_task(systree.run(broker, "n1", 0.01, [flaky], stop))  # type: ignore[arg-type]
+        task = asyncio.create_task(
+            systree.run(broker.publish_own, broker.next_msg_id, "n1", 0.01, [flaky], stop)
+        )
         for _ in range(500):  # bounded: 5 s
             if len(broker.routed) >= 2:
                 break
@@ -62,7 +64,9 @@ def test_an_interval_of_zero_publishes_nothing() -> None:
     async def main() -> RecordingBroker:
         broker = RecordingBroker()
         stop = asyncio.Event()
-        await asyncio.wait_for(systree.run(broker, "n1", 0, [], stop), 1)  # type: ignore[arg-type]
+        await asyncio.wait_for(
+            systree.run(broker.publish_own, broker.next_msg_id, "n1", 0, [], stop), 1
+        )
         return broker
 
     assert asyncio.run(main()).routed == []

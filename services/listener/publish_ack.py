@@ -1,6 +1,7 @@
-"""What a QoS >= 1 publish waits for before its PUBACK/PUBREC (invariant I1).
+"""Publish-ack accounting: what a QoS >= 1 publish waits for before its PUBACK/PUBREC
+(invariant I1).
 
-Theory of operation. ``Broker.route`` gives every copy of a publish that must be
+Theory of operation. ``Broker.append`` gives every copy of a publish that must be
 durable — one per persistent (or offline) target session — a :class:`Queued`, whose
 ``done`` is the store client's callback for that append. A QoS >= 1 publisher gets one
 :class:`Countdown` counting those appends (and the gossip write of a retained message);
@@ -18,22 +19,31 @@ Worked example: a QoS 1 publish matches two persistent sessions A (online) and B
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
+from services.common.session_key import SessionKey
 from services.listener.mqtt.types import ReasonCode
-from services.listener.routing.model import SubscriberId
+from services.listener.ports import ClientPort
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.store_client import UNAVAILABLE
 from services.pb import msgstore_pb2
-
-if TYPE_CHECKING:
-    from services.listener.broker import Broker
-    from services.listener.connection import Connection
 
 _OK: Final = msgstore_pb2.APPEND_OK
 _QUEUE_FULL: Final = msgstore_pb2.APPEND_QUEUE_FULL
 _STORE_ERROR: Final = msgstore_pb2.APPEND_STORE_ERROR
 _STALE_EPOCH: Final = msgstore_pb2.APPEND_STALE_EPOCH
+
+
+class Outcomes(Protocol):
+    """Where the copies' fates are reported (the broker)."""
+
+    @property
+    def sessions(self) -> Mapping[SessionKey, ClientPort]: ...
+
+    def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None: ...
+
+    def store_failed(self, reason: str) -> None: ...
 
 
 class Queued:
@@ -49,9 +59,9 @@ class Queued:
 
     def __init__(
         self,
-        broker: Broker,
-        sid: SubscriberId,
-        conn: Connection | None,
+        broker: Outcomes,
+        sid: SessionKey,
+        conn: ClientPort | None,
         msg: Message,
         qos: int,
         retain: bool,
@@ -104,7 +114,7 @@ class Countdown:
 
     __slots__ = ("broker", "code", "conn", "failure", "left", "token")
 
-    def __init__(self, conn: Connection, token: int, broker: Broker) -> None:
+    def __init__(self, conn: ClientPort, token: int, broker: Outcomes) -> None:
         self.left = 0
         self.conn = conn
         self.token = token

@@ -1,0 +1,432 @@
+"""The action executor: what a session's actions mean for the socket and the broker.
+
+The sans-IO session (``session.core``) returns actions as data; ``execute`` runs each
+through one class-level dispatch table. This is the half of a connection that the
+broker drives (``ports.ClientPort``: deliveries, registration answers, takeovers) and
+that writes to the client; the reading half, the asyncio protocol, is
+``connection.Connection``, its subclass.
+
+Writes are gathered and sent once per event-loop turn (``_write``/``_flush``): a
+publisher's burst that fans out to this subscriber becomes one ``write`` instead of one
+per message. A QoS 2 step (PUBREC/PUBREL state) is written only once it is durable: a
+*barrier* holds the writes until the store has it, so a crash can never leave the client
+believing a step the broker forgot.
+
+Closing: the server's last word (a DISCONNECT or CONNACK with a reason code) is flushed,
+the socket's write side shut (FIN), and input discarded until the client closes or
+:data:`LINGER` passes. Closing with unread input would make the kernel send RST, and the
+client would lose the reason code.
+
+Timers are lazy (``session.timers``) and share one heap and loop timer (``loop_timers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from services.common import log
+from services.listener.config import TcpListener
+from services.listener.loop_timers import timers_of
+from services.listener.metrics import ListenerMetrics
+from services.listener.mqtt.encoder import encode
+from services.listener.mqtt.types import Disconnect, Publish
+from services.listener.ports import BrokerPort, ClientPort
+from services.listener.session.actions import (
+    Acked,
+    Action,
+    CancelTimer,
+    Close,
+    Dropped,
+    Ended,
+    LogEvent,
+    PublishWill,
+    Register,
+    Route,
+    Send,
+    SendPublish,
+    SetTimer,
+    StoreMark,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+from services.listener.session.core import Session, SessionState
+from services.listener.session.messages import OutboundMessage
+from services.listener.session.timers import Timer
+
+LINGER: Final = 2.0  # s: how long a closed connection's input is discarded before close
+
+# The per-message events, compiled once (fields in catalogue order, see log.emitter).
+_log_published: Final = log.emitter("message.published")
+_log_delivered: Final = log.emitter("message.delivered")
+_log_acked: Final = log.emitter("message.acked")
+_log_connected: Final = log.emitter("client.connected")
+log_disconnected: Final = log.emitter("client.disconnected")
+
+
+class ActionExecutor:
+    """A session's actions carried out; the client as the broker sees it."""
+
+    __slots__ = (
+        "_barrier",
+        "_connected_at",
+        "_delivered_hi",
+        "_delivered_sent",
+        "_ended",
+        "_flush_scheduled",
+        "_loop",
+        "_resume_buffer",
+        "_timers",
+        "_wbuf",
+        "appending",
+        "broker",
+        "closed",
+        "epoch",
+        "listener",
+        "metrics",
+        "peer",
+        "persistent",
+        "resuming",
+        "session",
+        "sid",
+        "transport",
+    )
+
+    def __init__(self, broker: BrokerPort, listener: TcpListener, metrics: ListenerMetrics) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.metrics = metrics
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.session: Session | None = None
+        self.sid: tuple[str, str] | None = None
+        self.epoch = 0
+        self.persistent = False
+        self.closed = False
+        self.resuming = False
+        self.appending = 0  # queue appends for this session the store has not answered yet
+        self._resume_buffer: list[OutboundMessage] | None = None  # created when resuming
+        self._barrier: asyncio.Future[None] | None = None  # writes wait for a durable mark
+        self._delivered_hi = 0  # highest queue seq written to the client
+        self._delivered_sent = 0  # ... and reported to the store
+        self._wbuf: list[bytes] = []
+        self._flush_scheduled = False
+        self._timers: tuple[Timer[ActionExecutor], ...] = ()
+        self._connected_at = time.time()
+        self._loop = asyncio.get_running_loop()
+        self._ended = False
+
+    # -- called by the broker ----------------------------------------------------------
+    def backlog(self) -> int:
+        """Messages for this client not yet acknowledged: on their way into its queue,
+        waiting to be sent, or in flight."""
+        session = self.session
+        return self.appending + (session.outbound.backlog() if session is not None else 0)
+
+    def deliver(self, out: OutboundMessage) -> None:
+        if self.closed or self.session is None:
+            return
+        if self.resuming and out.seq is not None:
+            if self._resume_buffer is None:
+                self._resume_buffer = []
+            self._resume_buffer.append(out)
+            return
+        self.execute(self.session.deliver(out, time.time()))
+
+    def registered(
+        self, ok: bool, epoch: int, session_present: bool, persistent: bool, reason_code: int
+    ) -> None:
+        if self.session is None:
+            return
+        if ok:
+            self.epoch = epoch
+            self.persistent = persistent
+        actions = self.session.handle_registered(
+            ok, epoch, session_present, persistent, reason_code, time.time()
+        )
+        if ok and self.sid is not None:
+            s = self.session
+            _log_connected(
+                client_id=self.sid[1],
+                mountpoint=self.sid[0],
+                peer=self.peer,
+                proto_ver=s.protocol_version,
+                clean_start=s.clean_start,
+                session_present=session_present,
+                keepalive=s.keepalive,
+                session_expiry=s.session_expiry,
+                username=s.username or "",
+                listener=self.listener.name,
+            )
+        elif self.sid is not None:
+            log.emit(
+                "client.rejected",
+                "warning",
+                client_id=self.sid[1],
+                peer=self.peer,
+                reason="registry",
+                reason_code=reason_code,
+                proto_ver=self.session.protocol_version,
+            )
+        self.execute(actions)
+
+    def resume(
+        self, queued: Sequence[OutboundMessage], inbound: Sequence[int], pubrel: Sequence[int]
+    ) -> None:
+        if self.session is None or self.closed:
+            return
+        last = queued[-1].seq if queued else 0
+        held = self._resume_buffer or ()
+        buffered = [o for o in held if o.seq is not None and o.seq > (last or 0)]
+        self._resume_buffer = None
+        self.resuming = False
+        now = time.time()
+        self.execute(self.session.resume(queued, inbound, pubrel, now))
+        for out in buffered:
+            self.execute(self.session.deliver(out, now))
+
+    def routed(self, token: int, reason_code: int) -> None:
+        if self.session is None or self.closed:
+            return
+        if reason_code >= 0x80 and self.session.protocol_version < 5:
+            # 3.1/3.1.1 cannot refuse a PUBLISH: close without acknowledging, the client resends
+            self.fail(reason_code, "store unavailable")
+            return
+        self.execute(self.session.handle_routed(token, reason_code, time.time()))
+
+    def subscribed(self, packet_id: int, codes: Sequence[int]) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_subscribed(packet_id, codes, time.time()))
+
+    def unsubscribed(self, packet_id: int, codes: Sequence[int]) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_unsubscribed(packet_id, codes, time.time()))
+
+    def takeover(self) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_takeover(time.time()))
+
+    def shutdown(self) -> None:
+        if self.session is not None and not self.closed:
+            self.execute(self.session.handle_shutdown(time.time()))
+
+    def fail(self, reason_code: int, reason: str) -> None:
+        """Close because of a server-side failure (v5: DISCONNECT with ``reason_code``)."""
+        if self.session is None or self.closed:
+            return
+        if self.session.protocol_version >= 5 and self.session.state is SessionState.CONNECTED:
+            self._send(Send(Disconnect(reason_code)))
+        self._close(Close(reason, reason_code))
+
+    def hold_back(self, publisher: ClientPort) -> None:
+        """Stop reading ``publisher`` until this client drains: the reading half's part
+        (``Connection``), where flow control lives."""
+        raise NotImplementedError
+
+    def timer_fired(self, timer: Timer[ActionExecutor]) -> None:
+        """One of this connection's timers is due (called by ``loop_timers``)."""
+        if self.session is None or self.closed:
+            return
+        self.execute(self.session.handle_timeout(timer.name, time.time()))
+
+    # -- actions -------------------------------------------------------------------
+    def execute(self, actions: list[Action]) -> None:
+        dispatch = _DISPATCH
+        for action in actions:
+            dispatch[type(action)](self, action)
+
+    def _write(self, data: bytes) -> None:
+        self._wbuf.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._wbuf or self.transport is None or self._barrier is not None:
+            return
+        if self._delivered_hi > self._delivered_sent and self.sid is not None:
+            self._delivered_sent = self._delivered_hi
+            self.broker.store.delivered(self.sid[0], self.sid[1], self.epoch, self._delivered_hi)
+        log.flush()  # events about what we are sending reach the OS first
+        data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
+        self._wbuf.clear()
+        self.metrics.bytes_out.inc(len(data))
+        self.transport.write(data)
+
+    def _send(self, action: Send) -> None:
+        assert self.session is not None
+        self.metrics.packets_out[type(action.packet)].inc()
+        self._write(encode(action.packet, self.session.protocol_version))
+
+    def _send_publish(self, action: SendPublish) -> None:
+        assert self.session is not None
+        out = action.delivery
+        self.metrics.packets_out[Publish].inc()
+        if out.seq is not None and out.seq > self._delivered_hi and self.persistent:
+            self._delivered_hi = out.seq
+        self.broker.delivered_qos[out.qos].inc()
+        self._write(encode(action.packet, self.session.protocol_version))
+        if out.qos and log.message_events_enabled():
+            msg = out.message
+            _log_delivered(
+                msg.msg_id,
+                self.sid[1] if self.sid else "",
+                msg.topic,
+                out.qos,
+                action.packet.dup,
+                int((time.time() - msg.published_at) * 1e6),
+                msg.publisher,
+                out.seq or 0,
+            )
+
+    def _close(self, action: Close) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._flush()
+        if self.sid is not None and self.epoch:
+            log_disconnected(
+                client_id=self.sid[1],
+                mountpoint=self.sid[0],
+                peer=self.peer,
+                reason=action.reason,
+                reason_code=action.reason_code,
+                duration_s=round(time.time() - self._connected_at, 3),
+            )
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self.session is not None and transport.can_write_eof() and not self._barrier:
+            transport.write_eof()  # after what is buffered: our last word arrives whole
+            self._loop.call_later(LINGER, transport.close)
+        else:
+            transport.close()
+
+    def _register(self, action: Register) -> None:
+        self.sid = (action.mountpoint, action.client_id)
+        self.broker.register(self, action)
+
+    def _route(self, action: Route) -> None:
+        msg = action.message
+        if msg.qos and log.message_events_enabled():
+            _log_published(
+                msg.msg_id,
+                msg.publisher,
+                msg.topic,
+                msg.qos,
+                msg.retain,
+                len(msg.payload),
+                msg.mountpoint,
+            )
+        self.broker.route(msg, self, action.token)
+
+    def _subscribe(self, action: SubscribeRequest) -> None:
+        self.broker.subscribe(self, action)
+
+    def _unsubscribe(self, action: UnsubscribeRequest) -> None:
+        self.broker.unsubscribe(self, action)
+
+    def _acked(self, action: Acked) -> None:
+        out = action.delivery
+        if out.seq is not None and self.persistent and self.sid is not None:
+            self.broker.store.ack(self.sid[0], self.sid[1], self.epoch, out.seq)
+        if log.message_events_enabled():
+            msg = out.message
+            _log_acked(
+                msg.msg_id,
+                self.sid[1] if self.sid else "",
+                out.qos,
+                int((time.time() - msg.published_at) * 1e6),
+            )
+
+    def _store_mark(self, action: StoreMark) -> None:
+        """Persist QoS 2 state; what follows (PUBREC/PUBREL) is written only once it is
+        durable, so a crash can never leave the client believing a step we forgot."""
+        if not (self.persistent and self.sid is not None):
+            return
+        store = self.broker.store
+        store.mark(self.sid[0], self.sid[1], self.epoch, action.kind, action.ident, action.set)
+        if action.set:
+            barrier = store.flush()
+            self._barrier = barrier
+            barrier.add_done_callback(self._barrier_passed)
+
+    def _barrier_passed(self, fut: asyncio.Future[None]) -> None:
+        if self._barrier is fut:
+            self._barrier = None
+            if self._wbuf and not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
+
+    def _dropped(self, action: Dropped) -> None:
+        out = action.delivery
+        if out.seq is not None and self.persistent and self.sid is not None:
+            # expired or too large for this client: it will never be deliverable, so the
+            # queue must not offer it again on every reconnect
+            self.broker.store.ack(self.sid[0], self.sid[1], self.epoch, out.seq)
+        self.broker.dropped(self.sid[1] if self.sid else "", out, action.reason)
+
+    def _publish_will(self, action: PublishWill) -> None:
+        self.broker.publish_will(self, action.will, action.delay)
+
+    def _timer(self, name: str) -> Timer[ActionExecutor] | None:
+        for timer in self._timers:  # at most "connect", "keepalive" and "retry"
+            if timer.name == name:
+                return timer
+        return None
+
+    def _set_timer(self, action: SetTimer) -> None:
+        timer = self._timer(action.name)
+        if timer is None:  # a fired timer stays in _timers, to be set again
+            timer = Timer(self, action.name)
+            self._timers += (timer,)
+        timers_of(self._loop).set(timer, action.at)  # lazy when the deadline moves later
+
+    def _cancel_timer(self, action: CancelTimer) -> None:
+        timer = self._timer(action.name)
+        if timer is not None:
+            self._timers = tuple(t for t in self._timers if t is not timer)
+            timers_of(self._loop).cancel(timer)
+
+    def _cancel_timers(self) -> None:
+        if self._timers:
+            timers = timers_of(self._loop)
+            for timer in self._timers:
+                timers.cancel(timer)
+            self._timers = ()
+
+    def _ended_action(self, action: Ended) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.broker.ended(self, action)
+
+    def _log_event(self, action: LogEvent) -> None:
+        if action.event == "protocol.error":
+            self.metrics.protocol_errors.inc()
+            log.emit(action.event, "warning", **dict(action.fields))
+        else:
+            log.emit(action.event, "info", **dict(action.fields))
+
+
+_DISPATCH: Final[dict[type, Callable[[ActionExecutor, Any], None]]] = {
+    Send: ActionExecutor._send,
+    SendPublish: ActionExecutor._send_publish,
+    Close: ActionExecutor._close,
+    Register: ActionExecutor._register,
+    Route: ActionExecutor._route,
+    SubscribeRequest: ActionExecutor._subscribe,
+    UnsubscribeRequest: ActionExecutor._unsubscribe,
+    Acked: ActionExecutor._acked,
+    StoreMark: ActionExecutor._store_mark,
+    Dropped: ActionExecutor._dropped,
+    PublishWill: ActionExecutor._publish_will,
+    SetTimer: ActionExecutor._set_timer,
+    CancelTimer: ActionExecutor._cancel_timer,
+    Ended: ActionExecutor._ended_action,
+    LogEvent: ActionExecutor._log_event,
+}
+"""How ``execute`` runs each action type (one table for all connections)."""

@@ -1,0 +1,185 @@
+"""The routing seam: where each copy of a publish goes, decided without I/O.
+
+Theory of operation
+-------------------
+The router holds this listener's replica of the subscription table (``trie``), the
+retained store, and the route targets online here (``targets``: session key -> target).
+``route`` matches a publish and decides, for every session it reaches, one of:
+
+- **deliver**: the session has a target here and this copy needs no queue (QoS 0, or a
+  session that is not persistent): the copy goes to the target now;
+- **append**: QoS >= 1 for a persistent session (online here or not), or any copy for a
+  session with no target here: the copy goes to the session's queue first, and the
+  target, if any, receives it once the append is durable (invariant I1).
+
+Shared groups (``$share/g/f``) contribute one member each, picked by ``SharedPicker``
+with "has a target here" as "online"; a group with no candidate is reported as such.
+
+Decisions go to a :class:`RouteSink` (the broker), one call per copy in match order, so
+no per-publish list of decisions is built. A target is anything with the
+:class:`RouteTarget` shape: today the local connections; forwarding to another listener
+process or node is one more kind of target behind the same two calls.
+
+Worked example: a QoS 1 publish on ``a/b`` matches a clean session C online here
+(``a/#``, QoS 1) and a persistent session P offline (``a/b``, QoS 2): the sink gets
+``deliver(C, out qos 1)`` and ``append(P, None, msg, qos 1, ...)``.
+
+The subscriptions of a session that is online here are authoritative: replica updates
+for it (echoes of our own writes, or stale ones) are ignored, so a subscribe/unsubscribe
+race cannot resurrect a removed filter.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+from typing import Final, Generic, Protocol, TypeVar
+
+from services.common.session_key import SessionKey
+from services.listener.routing.model import SubOptions
+from services.listener.routing.retained import RetainedStore
+from services.listener.routing.shared import SharedPicker, SharedPolicy
+from services.listener.routing.topics import split_shared
+from services.listener.routing.trie import SubscriptionTrie
+from services.listener.session.messages import Message, OutboundMessage
+
+_NO_IDS: Final[tuple[int, ...]] = ()
+
+
+class RouteTarget(Protocol):
+    """A session reachable from here: what routing needs to know of it."""
+
+    @property
+    def persistent(self) -> bool:
+        """Its QoS >= 1 copies go through its queue (they must survive a crash)."""
+        ...
+
+    def deliver(self, out: OutboundMessage) -> None: ...
+
+
+T = TypeVar("T", bound=RouteTarget)
+C = TypeVar("C", contravariant=True)
+T_contra = TypeVar("T_contra", bound=RouteTarget, contravariant=True)
+
+
+class RouteSink(Protocol[T_contra, C]):
+    """Carries out the router's decisions; ``ctx`` is the caller's, passed through."""
+
+    def deliver(self, target: T_contra, out: OutboundMessage, ctx: C) -> None: ...
+
+    def append(
+        self,
+        key: SessionKey,
+        target: T_contra | None,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        ctx: C,
+    ) -> None: ...
+
+    def no_member(self, msg: Message, share_filter: str) -> None: ...
+
+
+class Router(Generic[T]):
+    """One listener's routing table and the decision of where each copy goes."""
+
+    __slots__ = ("_is_online", "picker", "retained", "targets", "trie", "upgrade_qos")
+
+    def __init__(
+        self, node: str, policy: SharedPolicy, upgrade_qos: bool, rng: random.Random
+    ) -> None:
+        self.trie = SubscriptionTrie()
+        self.retained: RetainedStore[Message] = RetainedStore()
+        self.picker = SharedPicker(policy, node, rng)
+        self.upgrade_qos = upgrade_qos
+        self.targets: dict[SessionKey, T] = {}
+        self._is_online = self.targets.__contains__  # bound once: one per shared pick
+
+    # -- publish ---------------------------------------------------------------------
+    def route(self, msg: Message, sink: RouteSink[T, C], ctx: C) -> bool:
+        """Hand every copy of ``msg`` to ``sink``; False when nothing matched."""
+        result = self.trie.match(msg.mountpoint, msg.topic, (msg.mountpoint, msg.publisher))
+        for m in result.normal:
+            self._copy(m.sid, m.qos, m.retain_as_published, m.sub_ids, msg, sink, ctx)
+        for group in result.shared:
+            member = self.picker.pick(group, self._is_online)
+            if member is None:
+                sink.no_member(msg, group.share_filter)
+                continue
+            opts = member.opts
+            sub_ids = (opts.sub_id,) if opts.sub_id else _NO_IDS
+            self._copy(member.sid, opts.qos, opts.retain_as_published, sub_ids, msg, sink, ctx)
+        return bool(result.normal or result.shared)
+
+    def _copy(
+        self,
+        key: SessionKey,
+        sub_qos: int,
+        rap: bool,
+        sub_ids: tuple[int, ...],
+        msg: Message,
+        sink: RouteSink[T, C],
+        ctx: C,
+    ) -> None:
+        qos = sub_qos if self.upgrade_qos else min(msg.qos, sub_qos)
+        retain = msg.retain and rap
+        target = self.targets.get(key)
+        if target is not None and (qos == 0 or not target.persistent):
+            sink.deliver(target, OutboundMessage(msg, qos, retain, sub_ids), ctx)
+        else:
+            sink.append(key, target, msg, qos, retain, sub_ids, ctx)
+
+    # -- retained --------------------------------------------------------------------
+    def retain(self, msg: Message) -> None:
+        """Keep ``msg`` as its topic's retained message (an empty payload clears it)."""
+        if msg.payload:
+            self.retained.set(msg.mountpoint, msg.topic, msg)
+        else:
+            self.retained.clear(msg.mountpoint, msg.topic)
+
+    def retained_for(
+        self, key: SessionKey, topic_filter: str, qos: int, sub_ids: tuple[int, ...]
+    ) -> list[OutboundMessage]:
+        """The retained messages a new subscription receives (retain flag set)."""
+        if split_shared(topic_filter)[0] is not None:
+            return []  # [MQTT-3.8.4 v5]: none for shared subscriptions
+        out = []
+        for _topic, msg in self.retained.match(key[0], topic_filter):
+            q = qos if self.upgrade_qos else min(msg.qos, qos)
+            out.append(OutboundMessage(msg, q, True, sub_ids))
+        return out
+
+    # -- subscriptions ---------------------------------------------------------------
+    def subscribe(self, key: SessionKey, topic_filter: str, opts: SubOptions) -> bool:
+        """Add or replace a subscription; True when it is new (retain handling 1)."""
+        return self.trie.add(key, topic_filter, opts)
+
+    def unsubscribe(self, key: SessionKey, topic_filter: str) -> bool:
+        return self.trie.remove(key, topic_filter)
+
+    def forget(self, key: SessionKey) -> None:
+        """Drop every subscription of ``key`` (its session ended or started clean)."""
+        self.trie.remove_all(key)
+
+    def replicate(self, key: SessionKey, subs: Mapping[str, SubOptions] | None) -> None:
+        """Apply the replica's subscriptions of ``key`` (None: it has none), unless the
+        session is online here and so authoritative for them."""
+        if key in self.targets:
+            return
+        self.trie.remove_all(key)
+        for topic_filter, opts in (subs or {}).items():
+            self.trie.add(key, topic_filter, opts)
+
+    def keep_only(
+        self, subscribers: Iterable[SessionKey], retained: Iterable[tuple[str, str]]
+    ) -> None:
+        """After a replica resync: forget offline sessions' subscriptions and retained
+        messages that the replica no longer holds."""
+        live, kept = set(subscribers), set(retained)
+        for key in {key for key, _f, _o in self.trie.items()}:
+            if key not in self.targets and key not in live:
+                self.trie.remove_all(key)
+        for mountpoint, topic, _msg in list(self.retained):
+            if (mountpoint, topic) not in kept:
+                self.retained.clear(mountpoint, topic)
