@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
 from services.common.metrics import Registry
+from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
 from services.registry.config import RegistryConfig
-from services.registry.leadership import SessionKey, View, decide, replicas
+from services.registry.leadership import View, decide, replicas
 from services.registry.records import directory_ops, pb_key, subs_ops
 from services.registry.sessions import (
     US,

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import lmdb
 
+from services.common.session_key import SessionKey
 from services.pb import registry_pb2
-from services.registry.leadership import SessionKey, key_bytes
+from services.registry.leadership import key_bytes
 from services.registry.records import from_info, to_info
 from services.registry.sessions import Session
 

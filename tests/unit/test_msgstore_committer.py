@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from services.common.metrics import Registry
+from services.common.session_key import SessionKey
 from services.msgstore.committer import Committer
 from services.msgstore.engines.base import WriteTxn
 from services.msgstore.engines.memory import MemoryEngine
@@ -19,12 +20,11 @@ from services.msgstore.model import (
     BatchResult,
     OpenQueue,
     Result,
-    SessionId,
     WriteBatch,
 )
 from services.msgstore.queue import DBS, QueueStore
 
-C1: SessionId = ("", "c1")
+C1: SessionKey = ("", "c1")
 
 
 def batch(batch_id: int, n: int = 1, data: bytes = b"m") -> WriteBatch:
