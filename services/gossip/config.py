@@ -19,7 +19,7 @@ SETTINGS: list[Setting] = [
         "gossip.max_batch",
         "int",
         "1024",
-        "Most Put requests grouped into one durable commit (one fsync).",
+        "Most Put requests in one group commit (one fsync).",
         minimum=1,
     ),
     Setting(

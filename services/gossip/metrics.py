@@ -22,7 +22,9 @@ class GossipMetrics:
         self.put_ops = registry.counter(
             "gossip_put_ops_total", "Operations in acknowledged Puts.", ["prefix"]
         )
-        self.commits = registry.counter("gossip_commits_total", "Durable group commits.")
+        self.commits = registry.counter(
+            "gossip_commits_total", "Group commits (durable write transactions)."
+        )
         self.commit_errors = registry.counter(
             "gossip_commit_errors_total", "Group commits that failed; their Puts were refused."
         )

@@ -21,7 +21,7 @@ from typing import Any
 from services.common import grpcutil, service
 from services.common.config import Config
 from services.common.metrics import Registry
-from services.gossip.commit import CommitError, Committer, ShuttingDown, load_store
+from services.gossip.committer import CommitError, Committer, ShuttingDown, load_store
 from services.gossip.config import GossipSettings
 from services.gossip.engines.lmdb_engine import LmdbEngine
 from services.gossip.hub import WatchHub

@@ -7,10 +7,10 @@ table: a Register holding it may be waiting for exactly that Disconnected (the a
 its takeover). Cleanup I/O after a Disconnected or an expiry does take the lock and
 re-checks the epoch, so it can never delete what a newer registration just created.
 
-Every change to a durable session reaches the disk (:class:`services.registry.store.Journal`)
+Every change to a durable session reaches the disk (:class:`services.registry.committer.Committer`)
 before the RPC that caused it answers, and an epoch is reserved on disk before it leaves
 the process. A clean session that replaces nothing costs no I/O at all (no queue, no
-directory record, no journal write): see :meth:`services.registry.sessions.Plan.steps`.
+directory record, no group commit): see :meth:`services.registry.sessions.Plan.steps`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from services.common.metrics import Registry
 from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
+from services.registry.committer import Committer
 from services.registry.config import RegistryConfig
+from services.registry.engines.base import StoreError
 from services.registry.leadership import View, decide, replicas
 from services.registry.records import directory_ops, pb_key, subs_ops
 from services.registry.sessions import (
@@ -43,7 +45,6 @@ from services.registry.sessions import (
     Step,
     end_steps,
 )
-from services.registry.store import Journal, StoreError
 from services.registry.watchers import WatchHub
 
 EPOCH_BLOCK = 1024  # epochs reserved on disk per write
@@ -129,7 +130,7 @@ class Registrar:
         self,
         cfg: RegistryConfig,
         table: SessionTable,
-        journal: Journal,
+        committer: Committer,
         backends: Backends,
         hub: WatchHub,
         metrics: Registry,
@@ -137,7 +138,7 @@ class Registrar:
     ) -> None:
         self.cfg = cfg
         self.table = table
-        self.journal = journal
+        self.committer = committer
         self.backends = backends
         self.hub = hub
         self.clock = clock
@@ -190,7 +191,7 @@ class Registrar:
                 return self._store_failed("register", exc)
             self.table.commit(plan)
             try:
-                await self.journal.sync(c.key)
+                await self.committer.sync(c.key)
             except StoreError as exc:
                 # Not durable, so not live: no later CONNECT may wait on this connection.
                 self.table.disconnected(c.key, epoch, None, self.clock())
@@ -200,7 +201,7 @@ class Registrar:
     async def _reserve(self, epoch: int) -> None:
         if epoch > self.reserved:
             target = epoch + EPOCH_BLOCK
-            await self.journal.sync(reserve=target)
+            await self.committer.sync(reserve=target)
             self.reserved = max(self.reserved, target)
 
     def _store_failed(self, op: str, exc: StoreError) -> RegisterResult:
@@ -310,7 +311,7 @@ class Registrar:
         if waiter is not None:
             waiter.set()  # the waiting registration decides what becomes of the old state
         try:
-            await self.journal.sync(key)
+            await self.committer.sync(key)
         except StoreError as exc:
             log.emit("store.error", "error", op="registry.disconnected", reason=str(exc))
         if waiter is not None:
@@ -361,7 +362,7 @@ class Registrar:
                 raise
             self.table.forget(current.key, current.epoch)
             try:
-                await self.journal.sync(current.key)
+                await self.committer.sync(current.key)
             except StoreError as exc:
                 log.emit("store.error", "error", op="registry.forget", reason=str(exc))
             return True
@@ -413,7 +414,7 @@ class Registrar:
         await self._drop_orphan_queues()
         if not recovered:
             return
-        await self.journal.sync(*(s.key for s in recovered))
+        await self.committer.sync(*(s.key for s in recovered))
         persistent = [s for s in recovered if s.persistent]
         for start in range(0, len(persistent), RECOVERY_BATCH):
             ops = []
@@ -462,7 +463,7 @@ class Registrar:
     async def _drop_orphan_queues(self) -> None:
         """Delete the msgstore queues of sessions the table does not hold.
 
-        A persistent registration opens its queue before its record is journaled: a
+        A persistent registration opens its queue before its record is committed: a
         registry killed in between leaves a queue for an id it will not know, which nobody
         reads and, if the id only ever comes back clean, nobody deletes. Its client never
         got a CONNACK for it and never subscribed with it, so nothing acknowledged to it is

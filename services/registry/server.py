@@ -3,7 +3,7 @@
 Start-up order matters: the table is rebuilt from disk (sessions that were online are
 now offline) and the directory corrected *before* the gRPC port opens, so no
 registration can race the recovery. Shutdown ends the Watch streams first (they would
-otherwise hold the server's grace period), stops the server, then lets the journal
+otherwise hold the server's grace period), stops the server, then lets the committer
 finish every write it was asked for.
 """
 
@@ -17,11 +17,13 @@ from services.common.metrics import Registry
 from services.common.service import started
 from services.pb import common_pb2_grpc, registry_pb2_grpc
 from services.registry.backends import Backends
+from services.registry.committer import Committer
 from services.registry.config import registry_config
+from services.registry.engines.lmdb_engine import LmdbEngine
 from services.registry.registrar import Registrar
 from services.registry.servicer import RegistryServicer
 from services.registry.sessions import Policy, SessionTable
-from services.registry.store import Journal, SessionStore
+from services.registry.store import SessionStore
 from services.registry.watchers import WatchHub
 
 STOP_GRACE = 2.0
@@ -29,7 +31,7 @@ STOP_GRACE = 2.0
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
     cfg = registry_config(config)
-    store = SessionStore(cfg.data_dir / "registry", cfg.map_size)
+    store = SessionStore(LmdbEngine(cfg.data_dir / "registry", cfg.map_size))
     sessions, reserved = store.load()
     table = SessionTable(
         Policy(
@@ -39,13 +41,13 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             max_online_len=cfg.max_online_len,
         )
     )
-    journal = Journal(store, table.get, (s.key for s in sessions))
+    committer = Committer(store, table.get, (s.key for s in sessions))
     backends = Backends(
         service_address(config, "msgstore"), service_address(config, "gossip"), cfg.rpc_timeout
     )
     hub = WatchHub()
     metrics = Registry()
-    registrar = Registrar(cfg, table, journal, backends, hub, metrics)
+    registrar = Registrar(cfg, table, committer, backends, hub, metrics)
     serving = False
     server = create_server()
     expiry: asyncio.Task[None] | None = None
@@ -73,6 +75,6 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         if expiry is not None and not expiry.done():
             expiry.cancel()
             await asyncio.gather(expiry, return_exceptions=True)
-        await journal.close()
+        await committer.close()
         await backends.close()
         store.close()
