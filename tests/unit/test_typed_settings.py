@@ -8,9 +8,9 @@ from typing import Literal
 
 import pytest
 
-from services.common.config import Schema
+from services.common.config import Config, Schema
 from services.common.settings import Setting
-from services.common.typed_settings import SettingsError, build, fits, keys, setting
+from services.common.typed_settings import SettingsError, build, computed, fits, keys, setting
 
 SCHEMA = Schema(
     [
@@ -85,6 +85,22 @@ def test_a_literal_field_refuses_a_value_outside_it() -> None:
 
     with pytest.raises(SettingsError):
         build(Narrow, SCHEMA.empty().with_overrides({"x.mode": "safe"}))
+
+
+def _sock(config: Config) -> str:
+    return f"unix:{config['data_dir']}/run/x.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    address: str = computed(_sock)
+    broken: int = computed(lambda c: c["x.nope"])
+
+
+def test_a_computed_field_is_checked_like_the_others() -> None:
+    with pytest.raises(SettingsError) as err:
+        build(Computed, SCHEMA.empty())
+    assert len(err.value.problems) == 1 and err.value.problems[0].startswith("broken:")
 
 
 def test_fits() -> None:
