@@ -29,7 +29,7 @@ from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
 from services.registry.committer import Committer
-from services.registry.config import RegistryConfig
+from services.registry.config import RegistrySettings
 from services.registry.engines.base import StoreError
 from services.registry.leadership import View, decide, replicas
 from services.registry.records import directory_ops, pb_key, subs_ops
@@ -128,7 +128,7 @@ class _Held:
 class Registrar:
     def __init__(
         self,
-        cfg: RegistryConfig,
+        settings: RegistrySettings,
         table: SessionTable,
         committer: Committer,
         backends: Backends,
@@ -136,13 +136,13 @@ class Registrar:
         metrics: Registry,
         clock: Callable[[], int] = wall_clock_us,
     ) -> None:
-        self.cfg = cfg
+        self.settings = settings
         self.table = table
         self.committer = committer
         self.backends = backends
         self.hub = hub
         self.clock = clock
-        self.view = View.single(cfg.node)
+        self.view = View.single(settings.node)
         self.reserved = 0  # every epoch at or below this is reserved on disk
         self._locks = KeyedLocks()
         self._waiters: dict[tuple[SessionKey, int], asyncio.Event] = {}
@@ -168,7 +168,7 @@ class Registrar:
         (a unary RPC whose client went away), so the table never stops half-way between a
         takeover and its commit. A caller that is never cancelled passes False and saves
         the extra task."""
-        decision = decide(self.view, c.key, self.cfg.allow_register_during_netsplit)
+        decision = decide(self.view, c.key, self.settings.allow_register_during_netsplit)
         if not decision.act:
             self._registrations.labels("refused").inc()
             return RegisterResult(False, reason=decision.reason, reason_code=RC_SERVER_UNAVAILABLE)
@@ -224,8 +224,8 @@ class Registrar:
     def _directory_ops(self, step: PublishSession) -> list[gossip_pb2.MetaOp]:
         if not step.directory:
             return subs_ops([step.key])
-        owner = step.session.node if step.session is not None else self.cfg.node
-        nodes = replicas(step.key, owner, self.view.members, self.cfg.replication_factor)
+        owner = step.session.node if step.session is not None else self.settings.node
+        nodes = replicas(step.key, owner, self.view.members, self.settings.replication_factor)
         return directory_ops(step.key, step.session, step.drop_subs, nodes)
 
     async def _takeover(self, step: NotifyTakeover) -> None:
@@ -264,14 +264,14 @@ class Registrar:
                     "the listener has no Watch stream",
                 )
                 return
-            answered = await _first(done, watcher.closed, self.cfg.takeover_timeout)
+            answered = await _first(done, watcher.closed, self.settings.takeover_timeout)
             if not answered:
                 self._takeover_timeouts.inc()
                 rpc_failed_as(
                     f"listener:{step.listener_id}",
                     "Takeover",
                     "DEADLINE_EXCEEDED",
-                    f"no Disconnected within {self.cfg.takeover_timeout:g}s; going ahead",
+                    f"no Disconnected within {self.settings.takeover_timeout:g}s; going ahead",
                 )
         finally:
             if self._waiters.get((step.key, step.old_epoch)) is done:
@@ -327,7 +327,7 @@ class Registrar:
         """A connection the table never knew ended (it registered before a registry
         restart, and clean sessions are not on disk): its subscriptions go, unless a new
         registration of the id got in first."""
-        if not decide(self.view, key, self.cfg.allow_register_during_netsplit).act:
+        if not decide(self.view, key, self.settings.allow_register_during_netsplit).act:
             return
         async with self._locks.hold(key):
             if self.table.get(key) is not None:
@@ -373,7 +373,7 @@ class Registrar:
         count = 0
         due = self.table.due(now, EXPIRE_BATCH)
         for i, s in enumerate(due):
-            if not decide(self.view, s.key, self.cfg.allow_register_during_netsplit).act:
+            if not decide(self.view, s.key, self.settings.allow_register_during_netsplit).act:
                 self.table.retry_at(s, now + RETRY_US)
                 continue
             reason = "expired" if s.persistent else "session ended"
@@ -397,7 +397,7 @@ class Registrar:
         while not stop.is_set():
             await self.expire_due()
             with suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.cfg.expiry_check_interval)
+                await asyncio.wait_for(stop.wait(), self.settings.expiry_check_interval)
 
     # -- start-up -----------------------------------------------------------------
 
@@ -449,9 +449,9 @@ class Registrar:
             mountpoint, _, client_id = raw.decode().partition("\0")
             key = (mountpoint, client_id)
             if (
-                node == self.cfg.node
+                node == self.settings.node
                 and self.table.get(key) is None
-                and decide(self.view, key, self.cfg.allow_register_during_netsplit).act
+                and decide(self.view, key, self.settings.allow_register_during_netsplit).act
             ):
                 orphans.append(key)
         for start in range(0, len(orphans), RECOVERY_BATCH):
@@ -481,7 +481,7 @@ class Registrar:
                     key = (queue.key.mountpoint, queue.key.client_id)
                     if (
                         self.table.get(key) is None
-                        and decide(self.view, key, self.cfg.allow_register_during_netsplit).act
+                        and decide(self.view, key, self.settings.allow_register_during_netsplit).act
                     ):
                         orphans.append(key)
         except BackendError:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 
 from services.common.config import Config
-from services.common.grpcutil import AdminServicer, bind, create_server, service_address
+from services.common.grpcutil import AdminServicer, bind, create_server
 from services.common.metrics import Registry
 from services.common.service import started
+from services.common.typed_settings import build
 from services.pb import common_pb2_grpc, registry_pb2_grpc
 from services.registry.backends import Backends
 from services.registry.committer import Committer
-from services.registry.config import registry_config
+from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
 from services.registry.registrar import Registrar
 from services.registry.servicer import RegistryServicer
@@ -30,24 +31,22 @@ STOP_GRACE = 2.0
 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
-    cfg = registry_config(config)
-    store = SessionStore(LmdbEngine(cfg.data_dir / "registry", cfg.map_size))
+    settings = build(RegistrySettings, config)
+    store = SessionStore(LmdbEngine(settings.store_path, settings.map_size))
     sessions, reserved = store.load()
     table = SessionTable(
         Policy(
-            persistent_client_expiration=cfg.persistent_client_expiration,
-            max_session_expiry_interval=cfg.max_session_expiry_interval,
-            max_offline_messages=cfg.max_offline_messages,
-            max_online_len=cfg.max_online_len,
+            persistent_client_expiration=settings.persistent_client_expiration,
+            max_session_expiry_interval=settings.max_session_expiry_interval,
+            max_offline_messages=settings.max_offline_messages,
+            max_online_len=settings.max_online_len,
         )
     )
     committer = Committer(store, table.get, (s.key for s in sessions))
-    backends = Backends(
-        service_address(config, "msgstore"), service_address(config, "gossip"), cfg.rpc_timeout
-    )
+    backends = Backends(settings.msgstore_address, settings.gossip_address, settings.rpc_timeout)
     hub = WatchHub()
     metrics = Registry()
-    registrar = Registrar(cfg, table, committer, backends, hub, metrics)
+    registrar = Registrar(settings, table, committer, backends, hub, metrics)
     serving = False
     server = create_server()
     expiry: asyncio.Task[None] | None = None
@@ -55,13 +54,13 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         await registrar.recover(sessions, reserved)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registrar, hub), server)
         common_pb2_grpc.add_AdminServicer_to_server(
-            AdminServicer("registry", cfg.node, metrics, registrar.details, lambda: serving), server
+            AdminServicer("registry", settings.node, metrics, registrar.details, lambda: serving),
+            server,
         )
-        address = service_address(config, "registry")
-        bind(server, address)
+        bind(server, settings.address)
         await server.start()
         serving = True
-        started(address)
+        started(settings.address)
         expiry = asyncio.create_task(registrar.run_expiry(stop), name="registry-expiry")
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({expiry, stopped}, return_when=asyncio.FIRST_COMPLETED)
