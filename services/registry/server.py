@@ -21,6 +21,7 @@ from services.registry.backends import Backends
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
+from services.registry.recovery import recover
 from services.registry.registrar import Registrar
 from services.registry.servicer import RegistryServicer
 from services.registry.sessions import Policy, SessionTable
@@ -51,7 +52,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     server = create_server()
     expiry: asyncio.Task[None] | None = None
     try:
-        await registrar.recover(sessions, reserved)
+        await recover(registrar, sessions, reserved)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registrar, hub), server)
         common_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer("registry", settings.node, metrics, registrar.details, lambda: serving),
