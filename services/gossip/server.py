@@ -20,7 +20,7 @@ from typing import Any
 
 from services.common import grpcutil, service
 from services.common.config import Config
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.common.typed_settings import build
 from services.gossip.committer import CommitError, Committer, ShuttingDown, load_store
 from services.gossip.config import GossipSettings
@@ -77,7 +77,7 @@ async def _serve(
     stop: asyncio.Event,
 ) -> None:
     hub = WatchHub()
-    registry = Registry()
+    registry = MetricsRegistry()
     metrics = GossipMetrics(registry, store, watchers=lambda: len(hub))
     committer = Committer(
         store,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
@@ -79,7 +79,7 @@ class Registrar:
         committer: Committer,
         backends: Backends,
         hub: WatchHub,
-        metrics: Registry,
+        metrics: MetricsRegistry,
         clock: Callable[[], int] = wall_clock_us,
     ) -> None:
         self.settings = settings

@@ -13,7 +13,7 @@ import asyncio
 
 from services.common.config import Config
 from services.common.grpcutil import AdminServicer, bind, create_server
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.common.service import started
 from services.common.typed_settings import build
 from services.pb import common_pb2_grpc, registry_pb2_grpc
@@ -46,7 +46,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     committer = Committer(store, table.get, (s.key for s in sessions))
     backends = Backends(settings.msgstore_address, settings.gossip_address, settings.rpc_timeout)
     hub = WatchHub()
-    metrics = Registry()
+    metrics = MetricsRegistry()
     registrar = Registrar(settings, table, committer, backends, hub, metrics)
     serving = False
     server = create_server()
