@@ -55,7 +55,7 @@ class SampleValue:
     help: str
 
 
-class Registry:
+class MetricsRegistry:
     def __init__(self, prefix: str = "ternmq_") -> None:
         self.prefix = prefix
         self._metrics: dict[str, Metric] = {}

@@ -9,7 +9,9 @@ service before it serves, and the rest of the code reads attributes that mypy ch
 A field declares its key with :func:`setting`; ``convert`` turns the parsed value into
 the field's type (``Path``, "never" as ``None`` …), and the *converted* value is what must
 fit the annotation. A key with ``*`` (``listener.tcp.*``) gives a ``dict`` of every key
-that matches it. Values derived from several keys are properties of the class.
+that matches it. Values derived from several keys are properties of the class, or, when
+a shared resolver already computes them from a ``Config`` (a service's address, where
+``auto`` depends on ``data_dir``), fields declared with :func:`computed`.
 
 Usage::
 
@@ -18,6 +20,8 @@ Usage::
         data_dir: Path = setting("data_dir", convert=Path)
         fsync: Literal["always", "interval", "never"] = setting("msgstore.fsync")
         map_size: int = setting("msgstore.map_size")
+
+        address: str = computed(lambda c: service_address(c, "msgstore"))
 
     settings = build(MsgstoreSettings, config)  # SettingsError names every bad field
 
@@ -40,6 +44,7 @@ T = TypeVar("T")
 
 _KEY = "ternmq.key"
 _CONVERT = "ternmq.convert"
+_COMPUTE = "ternmq.compute"
 
 
 class SettingsError(Exception):
@@ -59,6 +64,15 @@ def setting(key: str, *, convert: Callable[[Any], Any] | None = None) -> Any:
     return dataclasses.field(metadata={_KEY: key, _CONVERT: convert})
 
 
+def computed(compute: Callable[[Config], Any]) -> Any:
+    """A dataclass field whose value ``compute`` derives from the whole configuration.
+
+    For a value that shared code already resolves from several keys; a settings class
+    must not use it to look a key up by string (that is what :func:`setting` is for).
+    """
+    return dataclasses.field(metadata={_COMPUTE: compute})
+
+
 def keys(cls: type) -> dict[str, str]:
     """Field name -> configuration key, for every field declared with :func:`setting`."""
     return {f.name: f.metadata[_KEY] for f in dataclasses.fields(cls) if _KEY in f.metadata}
@@ -76,19 +90,27 @@ def build(cls: type[T], config: Config) -> T:
     values: dict[str, Any] = {}
     problems: list[str] = []
     for f in dataclasses.fields(cls):
-        if _KEY not in f.metadata:
+        if _COMPUTE in f.metadata:
+            key = "(computed)"
+            try:
+                value = f.metadata[_COMPUTE](config)
+            except (KeyError, TypeError, ValueError) as exc:
+                problems.append(f"{f.name}: cannot compute it: {exc!r}")
+                continue
+        elif _KEY in f.metadata:
+            key = f.metadata[_KEY]
+            raw = _lookup(config, key)
+            if raw is _MISSING:
+                problems.append(f"{f.name}: key {key!r} is not declared in the schema")
+                continue
+            convert = f.metadata[_CONVERT]
+            try:
+                value = raw if convert is None else convert(raw)
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{f.name}: cannot convert {key} = {raw!r}: {exc}")
+                continue
+        else:
             problems.append(f"field {f.name} declares no key (use setting(...))")
-            continue
-        key: str = f.metadata[_KEY]
-        raw = _lookup(config, key)
-        if raw is _MISSING:
-            problems.append(f"{f.name}: key {key!r} is not declared in the schema")
-            continue
-        convert = f.metadata[_CONVERT]
-        try:
-            value = raw if convert is None else convert(raw)
-        except (TypeError, ValueError) as exc:
-            problems.append(f"{f.name}: cannot convert {key} = {raw!r}: {exc}")
             continue
         if not fits(value, hints[f.name]):
             problems.append(

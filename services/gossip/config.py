@@ -1,11 +1,15 @@
-"""Settings of the gossip service (declared once; see services.common.settings)."""
+"""Settings of the gossip service: its keys (declared once, see
+services.common.settings) and :class:`GossipSettings`, what the service reads of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from services.common.config import Config
+from services.common.grpcutil import service_address
 from services.common.settings import Setting
+from services.common.typed_settings import computed, setting
 
 SETTINGS: list[Setting] = [
     Setting(
@@ -19,7 +23,7 @@ SETTINGS: list[Setting] = [
         "gossip.max_batch",
         "int",
         "1024",
-        "Most Put requests grouped into one durable commit (one fsync).",
+        "Most Put requests in one group commit (one fsync).",
         minimum=1,
     ),
     Setting(
@@ -52,25 +56,33 @@ SETTINGS: list[Setting] = [
 ]
 
 
+def _address(config: Config) -> str:
+    return service_address(config, "gossip")
+
+
+def _ttl(value: float) -> float | None:
+    """``never`` (-1) becomes None: never collect."""
+    return None if value < 0 else value
+
+
+def _gc_interval(value: float) -> float:
+    return max(0.1, value)
+
+
 @dataclass(frozen=True, slots=True)
 class GossipSettings:
-    """The gossip keys of a :class:`Config`, typed, read once at start-up."""
+    """Built once at start-up (``typed_settings.build``) and passed to what needs it."""
 
-    map_size: int
-    max_batch: int
-    watch_batch_size: int
-    watch_batch_bytes: int
-    tombstone_ttl_s: float | None  # None: never collect
-    gc_interval_s: float
+    nodename: str = setting("nodename")
+    data_dir: Path = setting("data_dir", convert=Path)
+    address: str = computed(_address)
+    map_size: int = setting("gossip.map_size")
+    max_batch: int = setting("gossip.max_batch")
+    watch_batch_size: int = setting("gossip.watch_batch_size")
+    watch_batch_bytes: int = setting("gossip.watch_batch_bytes")
+    tombstone_ttl_s: float | None = setting("gossip.tombstone_ttl", convert=_ttl)
+    gc_interval_s: float = setting("gossip.gc_interval", convert=_gc_interval)
 
-    @classmethod
-    def from_config(cls, config: Config) -> GossipSettings:
-        ttl: float = config["gossip.tombstone_ttl"]
-        return cls(
-            map_size=config["gossip.map_size"],
-            max_batch=config["gossip.max_batch"],
-            watch_batch_size=config["gossip.watch_batch_size"],
-            watch_batch_bytes=config["gossip.watch_batch_bytes"],
-            tombstone_ttl_s=None if ttl < 0 else ttl,
-            gc_interval_s=max(0.1, config["gossip.gc_interval"]),
-        )
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "gossip"

@@ -20,8 +20,9 @@ from typing import Any
 
 from services.common import grpcutil, service
 from services.common.config import Config
-from services.common.metrics import Registry
-from services.gossip.commit import CommitError, Committer, ShuttingDown, load_store
+from services.common.metrics import MetricsRegistry
+from services.common.typed_settings import build
+from services.gossip.committer import CommitError, Committer, ShuttingDown, load_store
 from services.gossip.config import GossipSettings
 from services.gossip.engines.lmdb_engine import LmdbEngine
 from services.gossip.hub import WatchHub
@@ -50,17 +51,17 @@ def _lock(path: Path) -> int:
 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
-    settings = GossipSettings.from_config(config)
-    path = Path(config["data_dir"]) / "gossip"
+    settings = build(GossipSettings, config)
+    path = settings.store_path
     lock_fd = _lock(path)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gossip-store")
     loop = asyncio.get_running_loop()
     try:
         engine = await loop.run_in_executor(executor, LmdbEngine, path, settings.map_size)
         try:
-            store = MetaStore(config["nodename"])
+            store = MetaStore(settings.nodename)
             await loop.run_in_executor(executor, load_store, store, engine)
-            await _serve(config, settings, store, engine, executor, stop)
+            await _serve(settings, store, engine, executor, stop)
         finally:
             await loop.run_in_executor(executor, engine.close)
     finally:
@@ -69,16 +70,14 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
 
 
 async def _serve(
-    config: Config,
     settings: GossipSettings,
     store: MetaStore,
     engine: LmdbEngine,
     executor: ThreadPoolExecutor,
     stop: asyncio.Event,
 ) -> None:
-    node = config["nodename"]
     hub = WatchHub()
-    registry = Registry()
+    registry = MetricsRegistry()
     metrics = GossipMetrics(registry, store, watchers=lambda: len(hub))
     committer = Committer(
         store,
@@ -104,13 +103,13 @@ async def _serve(
         GossipServicer(store, committer, hub, settings, metrics), server
     )
     common_pb2_grpc.add_AdminServicer_to_server(
-        grpcutil.AdminServicer("gossip", node, registry, details, ready=lambda: True), server
+        grpcutil.AdminServicer("gossip", settings.nodename, registry, details, ready=lambda: True),
+        server,
     )
-    address = grpcutil.service_address(config, "gossip")
-    grpcutil.bind(server, address)
+    grpcutil.bind(server, settings.address)
     await server.start()
     gc_task = asyncio.create_task(_collect_garbage(committer, settings, metrics, stop))
-    service.started(address)
+    service.started(settings.address)
     try:
         await stop.wait()
     finally:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from services.gossip.commit import CommitError, CommitFull, Committer, ShuttingDown
+from services.gossip.committer import CommitError, CommitFull, Committer, ShuttingDown
 from services.gossip.config import GossipSettings
 from services.gossip.hub import WatchHub
 from services.gossip.metrics import GossipMetrics

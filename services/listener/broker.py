@@ -31,7 +31,7 @@ from mypy_extensions import mypyc_attr
 
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
-from services.common.metrics import Child, Registry
+from services.common.metrics import Child, MetricsRegistry
 from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.config import ListenerSettings
@@ -63,7 +63,7 @@ class Broker:
         store: StoreClient,
         registry: registry_pb2_grpc.RegistryStub,
         gossip: gossip_pb2_grpc.GossipStub,
-        metrics: Registry,
+        metrics: MetricsRegistry,
     ) -> None:
         self.node = settings.nodename
         self.listener_id = listener_id

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import get_args
 
-from services.common.metrics import Child, Registry
+from services.common.metrics import Child, MetricsRegistry
 from services.listener.mqtt.types import Packet
 
 PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(Packet)}
@@ -19,7 +19,7 @@ PACKET_NAMES: dict[type, str] = {cls: cls.__name__.upper() for cls in get_args(P
 class ListenerMetrics:
     """Connections, packets and bytes."""
 
-    def __init__(self, m: Registry) -> None:
+    def __init__(self, m: MetricsRegistry) -> None:
         self.connections = m.gauge("connections", "Open MQTT connections")
         packets_in = m.counter("packets_received_total", "MQTT packets received", ["type"])
         packets_out = m.counter("packets_sent_total", "MQTT packets sent", ["type"])
@@ -46,7 +46,7 @@ class RoutingMetrics:
 
     def __init__(
         self,
-        m: Registry,
+        m: MetricsRegistry,
         sessions: Callable[[], int],
         subscriptions: Callable[[], int],
         retained: Callable[[], int],

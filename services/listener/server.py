@@ -29,7 +29,7 @@ from services.common.grpcutil import (
     rpc_failed,
     service_address,
 )
-from services.common.metrics import Registry, SampleValue
+from services.common.metrics import MetricsRegistry, SampleValue
 from services.common.service import started
 from services.common.typed_settings import build
 from services.listener import convert, systree
@@ -167,7 +167,7 @@ async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> a
     return server
 
 
-def _own_samples(metrics: Registry) -> systree.Source:
+def _own_samples(metrics: MetricsRegistry) -> systree.Source:
     async def samples() -> list[SampleValue]:
         return metrics.samples()
 
@@ -177,7 +177,7 @@ def _own_samples(metrics: Registry) -> systree.Source:
 async def serve(config: Config, stop: asyncio.Event) -> None:
     settings = build(ListenerSettings, config)
     node = settings.nodename
-    metrics = Registry()
+    metrics = MetricsRegistry()
     lm = ListenerMetrics(metrics)
     addresses = {name: service_address(config, name) for name in ("registry", "gossip", "msgstore")}
     channels = {name: channel(addr) for name, addr in addresses.items()}

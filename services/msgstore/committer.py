@@ -7,8 +7,8 @@ that job's arrival, so time spent waiting behind the previous commit counts) for
 or until ``max_batch`` operations are pending, then hands the group to a single worker
 thread. It does not wait for streams that already have a batch pending: a listener
 sends its next batch only once this one is answered, so with every open stream waiting
-nothing more can join the group, and the delay would be pure latency (on one listener
-it was: up to 2 ms of a ~10 ms commit cycle, with the store and the listener idle).
+nothing more can join the group, and the delay would be pure latency, with the store
+and the listener both idle meanwhile.
 The thread applies the whole group in one transaction and commits; with
 ``fsync = always`` it also syncs before returning, so no future resolves before its
 write is durable. Futures then resolve in submission order, which is the order the jobs

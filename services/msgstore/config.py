@@ -1,8 +1,18 @@
-"""Settings of the msgstore service (declared once; see services.common.settings)."""
+"""Settings of the msgstore service: its keys (declared once, see
+services.common.settings) and :class:`MsgstoreSettings`, what the service reads of them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from services.common.config import Config
+from services.common.grpcutil import service_address
 from services.common.settings import Setting
+from services.common.typed_settings import computed, setting
+
+FsyncPolicy = Literal["always", "interval", "never"]
 
 SETTINGS: list[Setting] = [
     Setting(
@@ -56,3 +66,25 @@ SETTINGS: list[Setting] = [
         maximum=1,
     ),
 ]
+
+
+def _address(config: Config) -> str:
+    return service_address(config, "msgstore")
+
+
+@dataclass(frozen=True, slots=True)
+class MsgstoreSettings:
+    """Built once at start-up (``typed_settings.build``) and passed to what needs it."""
+
+    nodename: str = setting("nodename")
+    data_dir: Path = setting("data_dir", convert=Path)
+    address: str = computed(_address)
+    fsync: FsyncPolicy = setting("msgstore.fsync")
+    fsync_interval: float = setting("msgstore.fsync_interval")
+    max_batch: int = setting("msgstore.max_batch")
+    max_batch_delay: float = setting("msgstore.max_batch_delay")
+    map_size: int = setting("msgstore.map_size")
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "msgstore"

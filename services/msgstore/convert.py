@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common import log
+from services.common.session_key import SessionKey
 from services.msgstore import wire
 from services.msgstore.model import (
     Ack,
@@ -19,7 +20,6 @@ from services.msgstore.model import (
     Mark,
     MarkKind,
     QueueState,
-    SessionId,
     WriteBatch,
 )
 from services.pb import common_pb2, msgstore_pb2
@@ -27,7 +27,7 @@ from services.pb import common_pb2, msgstore_pb2
 _tuple_new = tuple.__new__
 
 
-def session_id(key: common_pb2.SessionKey) -> SessionId:
+def session_key(key: common_pb2.SessionKey) -> SessionKey:
     return (key.mountpoint, key.client_id)
 
 
@@ -47,8 +47,12 @@ def batch_from_pb(
     return WriteBatch(
         batch.batch_id,
         tuple(appends),
-        tuple(Ack(session_id(a.key), a.epoch, tuple(a.seqs), a.delivered_upto) for a in batch.acks),
-        tuple(Mark(session_id(m.key), m.epoch, MarkKind(m.kind), m.id, m.set) for m in batch.marks),
+        tuple(
+            Ack(session_key(a.key), a.epoch, tuple(a.seqs), a.delivered_upto) for a in batch.acks
+        ),
+        tuple(
+            Mark(session_key(m.key), m.epoch, MarkKind(m.kind), m.id, m.set) for m in batch.marks
+        ),
     )
 
 

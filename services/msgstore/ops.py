@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from services.common.session_key import SessionKey
 from services.msgstore import keys
 from services.msgstore.engines.base import ReadTxn, WriteTxn
 from services.msgstore.model import (
@@ -30,7 +31,6 @@ from services.msgstore.model import (
     QueueMeta,
     QueueState,
     Result,
-    SessionId,
     WriteBatch,
 )
 
@@ -72,7 +72,7 @@ def _marks(txn: ReadTxn, sess: bytes) -> tuple[tuple[int, ...], tuple[int, ...]]
 
 def queue_state(
     txn: ReadTxn,
-    sid: SessionId,
+    sid: SessionKey,
     sess: bytes,
     meta: QueueMeta | None,
     error: str = "",
@@ -140,7 +140,7 @@ class Txn:
             meta = self.metas[sess] = QueueMeta.decode(raw) if raw is not None else None
             return meta
 
-    def live(self, sid: SessionId) -> tuple[bytes, QueueMeta] | None:
+    def live(self, sid: SessionKey) -> tuple[bytes, QueueMeta] | None:
         """The queue of ``sid`` if it exists (a session too long for a key never has one)."""
         try:
             sess = keys.session(*sid)

@@ -40,6 +40,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import replace
 
+from services.common.session_key import SessionKey
 from services.msgstore import keys
 from services.msgstore.engines.base import Engine, StoreError, StoreFull
 from services.msgstore.model import (
@@ -51,7 +52,6 @@ from services.msgstore.model import (
     QueueState,
     ReadResult,
     Result,
-    SessionId,
     StoreStats,
     WriteBatch,
 )
@@ -140,7 +140,7 @@ class QueueStore:
 
     def read(
         self,
-        sid: SessionId,
+        sid: SessionKey,
         epoch: int,
         after_seq: int,
         max_entries: int = 0,
@@ -173,7 +173,7 @@ class QueueStore:
                 size += len(value)
             return ReadResult(out, queue_state(txn, sid, sess, meta))
 
-    def state(self, sid: SessionId) -> QueueState:
+    def state(self, sid: SessionKey) -> QueueState:
         return self.read(sid, 0, keys.SEQ_MAX).state
 
     def queues(self, after: bytes, limit: int) -> tuple[list[QueueState], bytes]:

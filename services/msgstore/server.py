@@ -8,15 +8,16 @@ the environment. The store lives in ``data_dir/msgstore/``.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 from services.common import log
 from services.common.config import Config
-from services.common.grpcutil import AdminServicer, bind, create_server, service_address
-from services.common.metrics import Registry
+from services.common.grpcutil import AdminServicer, bind, create_server
+from services.common.metrics import MetricsRegistry
 from services.common.service import started
+from services.common.typed_settings import build
 from services.msgstore.committer import Committer
+from services.msgstore.config import MsgstoreSettings
 from services.msgstore.engines.base import StoreError
 from services.msgstore.engines.lmdb_engine import LmdbEngine
 from services.msgstore.metrics import StoreMetrics
@@ -27,27 +28,23 @@ from services.pb import common_pb2_grpc
 STOP_GRACE = 1.0  # seconds in-flight RPCs get to finish once stop is set
 
 
-def store_path(config: Config) -> Path:
-    return Path(config["data_dir"]) / "msgstore"
-
-
-def open_store(config: Config) -> QueueStore:
+def open_store(settings: MsgstoreSettings) -> QueueStore:
     """Open the LMDB store; a failure is an OSError so the service exits with a reason."""
-    path = store_path(config)
+    path = settings.store_path
     try:
         engine = LmdbEngine(
             path,
             DBS,
-            map_size=config["msgstore.map_size"],
-            ordered_sync=config["msgstore.fsync"] == "always",
+            map_size=settings.map_size,
+            ordered_sync=settings.fsync == "always",
         )
         return QueueStore(engine)
     except (StoreError, OSError) as exc:
         raise OSError(f"cannot open the message store in {path}: {exc}") from exc
 
 
-def _metrics(store: QueueStore) -> tuple[Registry, StoreMetrics]:
-    registry = Registry()
+def _metrics(store: QueueStore) -> tuple[MetricsRegistry, StoreMetrics]:
+    registry = MetricsRegistry()
     metrics = StoreMetrics(registry)
     totals = store.totals
 
@@ -68,14 +65,15 @@ def _metrics(store: QueueStore) -> tuple[Registry, StoreMetrics]:
 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
-    store = open_store(config)
+    settings = build(MsgstoreSettings, config)
+    store = open_store(settings)
     registry, metrics = _metrics(store)
     committer = Committer(
         store,
-        fsync=config["msgstore.fsync"],
-        interval=config["msgstore.fsync_interval"],
-        max_batch=config["msgstore.max_batch"],
-        max_delay=config["msgstore.max_batch_delay"],
+        fsync=settings.fsync,
+        interval=settings.fsync_interval,
+        max_batch=settings.max_batch,
+        max_delay=settings.max_batch_delay,
         metrics=metrics,
     )
     committer.start()
@@ -85,7 +83,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     def details() -> dict[str, Any]:
         totals = store.totals
         return {
-            "path": str(store_path(config)),
+            "path": str(settings.store_path),
             "fsync": committer.fsync,
             "queues": totals.queues,
             "entries": totals.entries,
@@ -97,14 +95,13 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
 
     server = create_server()
     add_to_server(servicer, server)
-    admin = AdminServicer("msgstore", config["nodename"], registry, details, lambda: ready)
+    admin = AdminServicer("msgstore", settings.nodename, registry, details, lambda: ready)
     common_pb2_grpc.add_AdminServicer_to_server(admin, server)
-    address = service_address(config, "msgstore")
     try:
-        bind(server, address)
+        bind(server, settings.address)
         await server.start()
         ready = True
-        started(address)
+        started(settings.address)
         await stop.wait()
     finally:
         ready = False

@@ -23,7 +23,7 @@ from services.msgstore.convert import (
     batch_from_pb,
     log_queued,
     result_to_pb,
-    session_id,
+    session_key,
     state_to_pb,
 )
 from services.msgstore.engines.base import StoreError
@@ -126,7 +126,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         self, request: msgstore_pb2.OpenRequest, context: Any
     ) -> msgstore_pb2.QueueState:
         job = OpenQueue(
-            session_id(request.key), request.epoch, request.create, request.clean, request.max_len
+            session_key(request.key), request.epoch, request.create, request.clean, request.max_len
         )
         state = await self.committer.submit(job)
         assert isinstance(state, QueueState)
@@ -139,7 +139,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         self, request: msgstore_pb2.DeleteRequest, context: Any
     ) -> msgstore_pb2.QueueState:
         state = await self.committer.submit(
-            DeleteQueue(session_id(request.key), request.epoch, request.reason)
+            DeleteQueue(session_key(request.key), request.epoch, request.reason)
         )
         assert isinstance(state, QueueState)
         if state.deleted:
@@ -149,7 +149,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         return state_to_pb(state)
 
     async def Read(self, request: msgstore_pb2.ReadRequest, context: Any) -> msgstore_pb2.ReadReply:
-        sid = session_id(request.key)
+        sid = session_key(request.key)
         try:
             found = await asyncio.to_thread(
                 self.store.read, sid, request.epoch, request.after_seq, request.max_entries

@@ -1,10 +1,10 @@
 """The appends of a ``StoreBatch``, read straight from its wire form (compiled).
 
 Why: the store keeps each append's ``Delivery`` as the bytes it came in, and logs its
-``msg_id`` and ``qos``. Through the generated classes that meant a wrapper object per
-append, key and delivery, then ``SerializeToString`` to get the bytes back: ~4 µs per
-append on the session-6 machine, a fifth of the store's cost per message. Here the
-delivery is a slice of the request and the rest is read in one pass.
+``msg_id`` and ``qos``. Through the generated classes that means a wrapper object per
+append, key and delivery, then ``SerializeToString`` to get the bytes back, a large
+share of the store's cost per message. Here the delivery is a slice of the request and
+the rest is read in one pass.
 
 The batch is still parsed by protobuf first (``StoreBatch.FromString``, cheap when
 nothing is read from it): that is what validates it — lengths, UTF-8 of every string,

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import grpc
 
 from services.common.grpcutil import CHANNEL_OPTIONS, rpc_failed_as
+from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
-from services.registry.leadership import SessionKey
 from services.registry.records import SUBS_PREFIX, pb_key
 from services.registry.sessions import DeleteQueue, OpenQueue
 

@@ -1,19 +1,23 @@
-"""Settings of the registry service (declared once; see services.common.settings).
+"""Settings of the registry service: its keys (declared once, see
+services.common.settings) and :class:`RegistrySettings`, what the service reads.
 
 The registry also reads a few listener keys that decide what a session *is*
 (``persistent_client_expiration``, ``max_session_expiry_interval``,
 ``max_offline_messages``, ``allow_register_during_netsplit``) and the msgstore's
-``msgstore.replication_factor``; :func:`registry_config` gathers them in one frozen object
-so the rest of the service never looks a key up by name.
+``msgstore.replication_factor``: one frozen object holds them all, so the rest of the
+service never looks a key up by name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from services.common.config import Config
+from services.common.grpcutil import service_address
 from services.common.settings import Setting
+from services.common.typed_settings import computed, setting
 
 SETTINGS: list[Setting] = [
     Setting(
@@ -61,38 +65,50 @@ def _seconds(value: float) -> int:
     return min(int(value), NEVER)
 
 
+def _unlimited_is_zero(value: int) -> int:
+    """A message count where a negative value means no limit, as 0 (no limit) here."""
+    return 0 if value < 0 else value
+
+
+def _address(service: str) -> Callable[[Config], str]:
+    def resolve(config: Config) -> str:
+        return service_address(config, service)
+
+    return resolve
+
+
 @dataclass(frozen=True, slots=True)
-class RegistryConfig:
-    """Everything the registry reads from the node's configuration."""
+class RegistrySettings:
+    """Built once at start-up (``typed_settings.build``) and passed to what needs it."""
 
-    node: str
-    data_dir: Path
-    takeover_timeout: float
-    rpc_timeout: float
-    expiry_check_interval: float
-    map_size: int
-    persistent_client_expiration: int  # seconds, NEVER = keep forever
-    max_session_expiry_interval: int  # seconds, NEVER = no cap
-    max_offline_messages: int  # 0 = unlimited
-    max_online_len: int  # queue limit while online: max_online_messages + window; 0 = unlimited
-    allow_register_during_netsplit: bool
-    replication_factor: int
+    node: str = setting("nodename")
+    data_dir: Path = setting("data_dir", convert=Path)
+    address: str = computed(_address("registry"))
+    msgstore_address: str = computed(_address("msgstore"))
+    gossip_address: str = computed(_address("gossip"))
+    takeover_timeout: float = setting("registry.takeover_timeout")
+    rpc_timeout: float = setting("registry.rpc_timeout")
+    expiry_check_interval: float = setting("registry.expiry_check_interval")
+    map_size: int = setting("registry.map_size")
+    # seconds, NEVER = keep forever
+    persistent_client_expiration: int = setting("persistent_client_expiration", convert=_seconds)
+    # seconds, NEVER = no cap
+    max_session_expiry_interval: int = setting("max_session_expiry_interval", convert=_seconds)
+    # 0 = unlimited
+    max_offline_messages: int = setting("max_offline_messages", convert=_unlimited_is_zero)
+    max_online_messages: int = setting("max_online_messages")  # negative = unlimited
+    max_inflight_messages: int = setting("max_inflight_messages")
+    allow_register_during_netsplit: bool = setting("allow_register_during_netsplit")
+    replication_factor: int = setting("msgstore.replication_factor")
 
+    @property
+    def max_online_len(self) -> int:
+        """Queue limit while online: ``max_online_messages`` plus the inflight window;
+        0 = unlimited."""
+        if self.max_online_messages < 0:
+            return 0
+        return self.max_online_messages + self.max_inflight_messages
 
-def registry_config(config: Any) -> RegistryConfig:
-    max_offline: int = config["max_offline_messages"]
-    max_online: int = config["max_online_messages"]
-    return RegistryConfig(
-        node=config["nodename"],
-        data_dir=Path(config["data_dir"]),
-        takeover_timeout=float(config["registry.takeover_timeout"]),
-        rpc_timeout=float(config["registry.rpc_timeout"]),
-        expiry_check_interval=float(config["registry.expiry_check_interval"]),
-        map_size=int(config["registry.map_size"]),
-        persistent_client_expiration=_seconds(config["persistent_client_expiration"]),
-        max_session_expiry_interval=_seconds(config["max_session_expiry_interval"]),
-        max_offline_messages=0 if max_offline < 0 else max_offline,
-        max_online_len=0 if max_online < 0 else max_online + config["max_inflight_messages"],
-        allow_register_during_netsplit=bool(config["allow_register_during_netsplit"]),
-        replication_factor=int(config["msgstore.replication_factor"]),
-    )
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "registry"

@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-SessionKey = tuple[str, str]  # (mountpoint, client_id)
+from services.common.session_key import SessionKey
 
 
 def key_bytes(key: SessionKey) -> bytes:

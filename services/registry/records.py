@@ -6,8 +6,9 @@ returns), so the disk format is versioned by the proto's rules, with no second s
 
 from __future__ import annotations
 
+from services.common.session_key import SessionKey
 from services.pb import common_pb2, gossip_pb2, registry_pb2
-from services.registry.leadership import SessionKey, key_bytes
+from services.registry.leadership import key_bytes
 from services.registry.sessions import Session
 
 SESSIONS_PREFIX = "sessions"

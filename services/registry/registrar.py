@@ -7,28 +7,32 @@ table: a Register holding it may be waiting for exactly that Disconnected (the a
 its takeover). Cleanup I/O after a Disconnected or an expiry does take the lock and
 re-checks the epoch, so it can never delete what a newer registration just created.
 
-Every change to a durable session reaches the disk (:class:`services.registry.store.Journal`)
-before the RPC that caused it answers, and an epoch is reserved on disk before it leaves
-the process. A clean session that replaces nothing costs no I/O at all (no queue, no
-directory record, no journal write): see :meth:`services.registry.sessions.Plan.steps`.
+Every change to a durable session reaches the disk (through the group commit of
+:class:`services.registry.committer.Committer`) before the RPC that caused it answers,
+and an epoch is reserved on disk before it leaves the process. A clean session that
+replaces nothing costs no I/O at all (no queue, no directory record, no group commit):
+see :meth:`services.registry.sessions.Plan.steps`. Start-up is :mod:`recovery`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
+from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
-from services.registry.config import RegistryConfig
-from services.registry.leadership import SessionKey, View, decide, replicas
+from services.registry.committer import Committer
+from services.registry.config import RegistrySettings
+from services.registry.engines.base import StoreError
+from services.registry.leadership import View, decide, replicas
+from services.registry.locks import KeyedLocks
 from services.registry.records import directory_ops, pb_key, subs_ops
 from services.registry.sessions import (
     US,
@@ -42,13 +46,11 @@ from services.registry.sessions import (
     Step,
     end_steps,
 )
-from services.registry.store import Journal, StoreError
 from services.registry.watchers import WatchHub
 
 EPOCH_BLOCK = 1024  # epochs reserved on disk per write
 EXPIRE_BATCH = 1000  # sessions expired per tick at most
 RETRY_US = 5 * US  # a failed cleanup is tried again after this
-RECOVERY_BATCH = 500  # directory records per gossip Put at start-up
 
 RC_UNSPECIFIED = 0x80
 RC_CLIENT_ID_INVALID = 0x85
@@ -69,80 +71,26 @@ class RegisterResult:
     reason_code: int = 0
 
 
-class KeyedLocks:
-    """One FIFO lock per session key, kept only while somebody holds or waits for it.
-
-    Hand-rolled rather than an ``asyncio.Lock`` per key: every CONNECT takes one, and an
-    uncontended acquire here is a dict insert, not a lock object and a context manager.
-    """
-
-    def __init__(self) -> None:
-        # key -> the waiters behind the current holder (present while the key is held)
-        self._held: dict[SessionKey, deque[asyncio.Future[None]]] = {}
-
-    def hold(self, key: SessionKey) -> _Held:
-        return _Held(self, key)
-
-    async def _acquire(self, key: SessionKey) -> None:
-        waiters = self._held.get(key)
-        if waiters is None:
-            self._held[key] = deque()
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters.append(fut)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self._release(key)  # we were handed the lock as we were cancelled: pass it on
-            else:
-                waiters.remove(fut)
-            raise
-
-    def _release(self, key: SessionKey) -> None:
-        waiters = self._held[key]
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)  # ownership passes directly to the next waiter
-                return
-        del self._held[key]
-
-
-class _Held:
-    __slots__ = ("key", "locks")
-
-    def __init__(self, locks: KeyedLocks, key: SessionKey) -> None:
-        self.locks = locks
-        self.key = key
-
-    async def __aenter__(self) -> None:
-        await self.locks._acquire(self.key)
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.locks._release(self.key)
-
-
 class Registrar:
     def __init__(
         self,
-        cfg: RegistryConfig,
+        settings: RegistrySettings,
         table: SessionTable,
-        journal: Journal,
+        committer: Committer,
         backends: Backends,
         hub: WatchHub,
-        metrics: Registry,
+        metrics: MetricsRegistry,
         clock: Callable[[], int] = wall_clock_us,
     ) -> None:
-        self.cfg = cfg
+        self.settings = settings
         self.table = table
-        self.journal = journal
+        self.committer = committer
         self.backends = backends
         self.hub = hub
         self.clock = clock
-        self.view = View.single(cfg.node)
+        self.view = View.single(settings.node)
         self.reserved = 0  # every epoch at or below this is reserved on disk
-        self._locks = KeyedLocks()
+        self.locks = KeyedLocks()
         self._waiters: dict[tuple[SessionKey, int], asyncio.Event] = {}
         self._registrations = metrics.counter(
             "registry_registrations_total", "Register calls by result.", ["result"]
@@ -159,6 +107,10 @@ class Registrar:
         metrics.gauge("registry_sessions", "Sessions in the table.", fn=lambda: len(table))
         metrics.gauge("registry_sessions_online", "Sessions online.", fn=lambda: table.online)
 
+    def leads(self, key: SessionKey) -> bool:
+        """Whether this node may register, take over or expire ``key`` now."""
+        return decide(self.view, key, self.settings.allow_register_during_netsplit).act
+
     # -- registration -------------------------------------------------------------
 
     async def register(self, c: Connect, shield: bool = True) -> RegisterResult:
@@ -166,7 +118,7 @@ class Registrar:
         (a unary RPC whose client went away), so the table never stops half-way between a
         takeover and its commit. A caller that is never cancelled passes False and saves
         the extra task."""
-        decision = decide(self.view, c.key, self.cfg.allow_register_during_netsplit)
+        decision = decide(self.view, c.key, self.settings.allow_register_during_netsplit)
         if not decision.act:
             self._registrations.labels("refused").inc()
             return RegisterResult(False, reason=decision.reason, reason_code=RC_SERVER_UNAVAILABLE)
@@ -175,7 +127,7 @@ class Registrar:
         return result
 
     async def _register(self, c: Connect) -> RegisterResult:
-        async with self._locks.hold(c.key):
+        async with self.locks.hold(c.key):
             plan = self.table.plan_register(c, self.clock())
             epoch = plan.session.epoch
             try:
@@ -189,7 +141,7 @@ class Registrar:
                 return self._store_failed("register", exc)
             self.table.commit(plan)
             try:
-                await self.journal.sync(c.key)
+                await self.committer.sync(c.key)
             except StoreError as exc:
                 # Not durable, so not live: no later CONNECT may wait on this connection.
                 self.table.disconnected(c.key, epoch, None, self.clock())
@@ -199,7 +151,7 @@ class Registrar:
     async def _reserve(self, epoch: int) -> None:
         if epoch > self.reserved:
             target = epoch + EPOCH_BLOCK
-            await self.journal.sync(reserve=target)
+            await self.committer.sync(reserve=target)
             self.reserved = max(self.reserved, target)
 
     def _store_failed(self, op: str, exc: StoreError) -> RegisterResult:
@@ -217,13 +169,13 @@ class Registrar:
             await self._publish(step)
 
     async def _publish(self, step: PublishSession) -> None:
-        await self.backends.put_meta(self._directory_ops(step))
+        await self.backends.put_meta(self.directory_ops(step))
 
-    def _directory_ops(self, step: PublishSession) -> list[gossip_pb2.MetaOp]:
+    def directory_ops(self, step: PublishSession) -> list[gossip_pb2.MetaOp]:
         if not step.directory:
             return subs_ops([step.key])
-        owner = step.session.node if step.session is not None else self.cfg.node
-        nodes = replicas(step.key, owner, self.view.members, self.cfg.replication_factor)
+        owner = step.session.node if step.session is not None else self.settings.node
+        nodes = replicas(step.key, owner, self.view.members, self.settings.replication_factor)
         return directory_ops(step.key, step.session, step.drop_subs, nodes)
 
     async def _takeover(self, step: NotifyTakeover) -> None:
@@ -262,14 +214,14 @@ class Registrar:
                     "the listener has no Watch stream",
                 )
                 return
-            answered = await _first(done, watcher.closed, self.cfg.takeover_timeout)
+            answered = await _first(done, watcher.closed, self.settings.takeover_timeout)
             if not answered:
                 self._takeover_timeouts.inc()
                 rpc_failed_as(
                     f"listener:{step.listener_id}",
                     "Takeover",
                     "DEADLINE_EXCEEDED",
-                    f"no Disconnected within {self.cfg.takeover_timeout:g}s; going ahead",
+                    f"no Disconnected within {self.settings.takeover_timeout:g}s; going ahead",
                 )
         finally:
             if self._waiters.get((step.key, step.old_epoch)) is done:
@@ -309,7 +261,7 @@ class Registrar:
         if waiter is not None:
             waiter.set()  # the waiting registration decides what becomes of the old state
         try:
-            await self.journal.sync(key)
+            await self.committer.sync(key)
         except StoreError as exc:
             log.emit("store.error", "error", op="registry.disconnected", reason=str(exc))
         if waiter is not None:
@@ -325,16 +277,16 @@ class Registrar:
         """A connection the table never knew ended (it registered before a registry
         restart, and clean sessions are not on disk): its subscriptions go, unless a new
         registration of the id got in first."""
-        if not decide(self.view, key, self.cfg.allow_register_during_netsplit).act:
+        if not self.leads(key):
             return
-        async with self._locks.hold(key):
+        async with self.locks.hold(key):
             if self.table.get(key) is not None:
                 return
             with suppress(BackendError):  # logged; dropped at the next restart's reconcile
                 await self.backends.put_meta(subs_ops([key]))
 
     async def _publish_offline(self, session: Session) -> None:
-        async with self._locks.hold(session.key):
+        async with self.locks.hold(session.key):
             current = self.table.get(session.key)
             if current is None or current.epoch != session.epoch or current.online:
                 return
@@ -348,7 +300,7 @@ class Registrar:
         False when the session was replaced or came back meanwhile. On a BackendError the
         session stays, due again after ``RETRY_US``.
         """
-        async with self._locks.hold(session.key):
+        async with self.locks.hold(session.key):
             current = self.table.get(session.key)
             if current is None or current.epoch != session.epoch or current.online:
                 return False  # replaced or back online meanwhile
@@ -360,7 +312,7 @@ class Registrar:
                 raise
             self.table.forget(current.key, current.epoch)
             try:
-                await self.journal.sync(current.key)
+                await self.committer.sync(current.key)
             except StoreError as exc:
                 log.emit("store.error", "error", op="registry.forget", reason=str(exc))
             return True
@@ -371,7 +323,7 @@ class Registrar:
         count = 0
         due = self.table.due(now, EXPIRE_BATCH)
         for i, s in enumerate(due):
-            if not decide(self.view, s.key, self.cfg.allow_register_during_netsplit).act:
+            if not self.leads(s.key):
                 self.table.retry_at(s, now + RETRY_US)
                 continue
             reason = "expired" if s.persistent else "session ended"
@@ -395,101 +347,7 @@ class Registrar:
         while not stop.is_set():
             await self.expire_due()
             with suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.cfg.expiry_check_interval)
-
-    # -- start-up -----------------------------------------------------------------
-
-    async def recover(self, sessions: list[Session], reserved: int) -> None:
-        """Rebuild the table from disk; sessions that were online are now offline.
-
-        Their directory records are corrected before the registry serves, so a later
-        registration's record cannot be overwritten by this one.
-        """
-        self.reserved = reserved
-        self.table.raise_epoch(reserved)
-        recovered = self.table.load(sessions, self.clock())
-        await self._drop_orphan_subs()
-        await self._drop_orphan_queues()
-        if not recovered:
-            return
-        await self.journal.sync(*(s.key for s in recovered))
-        persistent = [s for s in recovered if s.persistent]
-        for start in range(0, len(persistent), RECOVERY_BATCH):
-            ops = []
-            for s in persistent[start : start + RECOVERY_BATCH]:
-                ops.extend(self._directory_ops(PublishSession(s.key, s, drop_subs=False)))
-            try:
-                await self.backends.put_meta(ops)
-            except BackendError:
-                break  # logged; gossip is not up, each record is rewritten at its next change
-        for s in persistent:  # they were online when the node died: offline limits now
-            try:
-                await self.backends.limit_queue(
-                    s.key, s.epoch, self.table.policy.max_offline_messages
-                )
-            except BackendError:
-                return  # logged; the msgstore is not up, the limit is set at the next change
-
-    async def _drop_orphan_subs(self) -> None:
-        """Delete the subscriptions of this node's sessions that the table does not hold.
-
-        Clean sessions are not on disk, so after a restart the table cannot end them; their
-        connections are gone (or about to be dropped by their listeners), and a client id
-        that registers again must start without them. Only keys this registry leads and
-        whose record names this node are touched: other nodes' sessions are theirs.
-        """
-        try:
-            owners = await self.backends.subs_owners()
-        except BackendError:
-            return  # logged; gossip is not up, the next restart tries again
-        orphans = []
-        for raw, node in owners.items():
-            mountpoint, _, client_id = raw.decode().partition("\0")
-            key = (mountpoint, client_id)
-            if (
-                node == self.cfg.node
-                and self.table.get(key) is None
-                and decide(self.view, key, self.cfg.allow_register_during_netsplit).act
-            ):
-                orphans.append(key)
-        for start in range(0, len(orphans), RECOVERY_BATCH):
-            try:
-                await self.backends.put_meta(subs_ops(orphans[start : start + RECOVERY_BATCH]))
-            except BackendError:
-                return  # logged
-
-    async def _drop_orphan_queues(self) -> None:
-        """Delete the msgstore queues of sessions the table does not hold.
-
-        A persistent registration opens its queue before its record is journaled: a
-        registry killed in between leaves a queue for an id it will not know, which nobody
-        reads and, if the id only ever comes back clean, nobody deletes. Its client never
-        got a CONNACK for it and never subscribed with it, so nothing acknowledged to it is
-        lost. Deleted with the reserved epoch, at or above every epoch issued before the
-        restart (a queue with a newer one, from a wiped registry, is refused and kept). Only
-        keys this registry leads, as for subscriptions — which, like that sweep, trusts
-        ``self.view`` at start-up: true on one node (the only mode built so far); with
-        clustering, recovery must wait for the membership view, or a queue of a session led
-        by another node's registry would look orphaned here.
-        """
-        orphans: list[SessionKey] = []
-        try:
-            async for page in self.backends.queue_pages():
-                for queue in page:
-                    key = (queue.key.mountpoint, queue.key.client_id)
-                    if (
-                        self.table.get(key) is None
-                        and decide(self.view, key, self.cfg.allow_register_during_netsplit).act
-                    ):
-                        orphans.append(key)
-        except BackendError:
-            return  # logged; the msgstore is not up, the next restart tries again
-        for key in orphans:
-            try:
-                await self.backends.delete_queue(DeleteQueue(key, self.reserved, "orphan"))
-            except BackendError as exc:
-                if exc.code != "REFUSED":
-                    return  # logged, as above
+                await asyncio.wait_for(stop.wait(), self.settings.expiry_check_interval)
 
     def details(self) -> dict[str, object]:
         return {

@@ -60,7 +60,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
             Connect(
                 key=from_pb_key(request.key),
                 # a handful of distinct values shared by every session: one copy each
-                node=sys.intern(request.node or self.registrar.cfg.node),
+                node=sys.intern(request.node or self.registrar.settings.node),
                 listener_id=sys.intern(request.listener_id),
                 clean_start=request.clean_start,
                 session_expiry=request.session_expiry,

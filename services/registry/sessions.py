@@ -33,7 +33,7 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from services.registry.leadership import SessionKey
+from services.common.session_key import SessionKey
 
 NEVER = 0xFFFFFFFF  # session expiry meaning "never expires"
 US = 1_000_000

@@ -222,7 +222,7 @@ def _queue_ids(node: Node) -> set[str]:
 def test_a_restarted_registry_deletes_queues_of_sessions_it_does_not_know(
     tmp_path: Path,
 ) -> None:
-    """A persistent registration opens its queue before the registry journals it; a
+    """A persistent registration opens its queue before the registry commits its record; a
     registry killed in between leaves a queue for an id it will not know. Made here by
     opening the queue on the msgstore directly: after a SIGKILL and restart the orphan is
     gone and a real persistent session's queue (and its message) is kept."""

@@ -472,7 +472,7 @@ def test_a_restart_drops_the_subscriptions_of_sessions_it_does_not_know(
 def test_a_restart_deletes_the_queues_of_sessions_it_does_not_know(
     make_node: Callable[..., Node],
 ) -> None:
-    """A queue opened for a registration the registry never journaled (it died in between)
+    """A queue opened for a registration the registry never committed (it died in between)
     is deleted before the restarted registry serves; known sessions' queues are kept."""
     node = make_node()
     kept = node.register("p1")

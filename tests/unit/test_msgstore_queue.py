@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from services.common.session_key import SessionKey
 from services.msgstore.engines.base import Engine
 from services.msgstore.engines.lmdb_engine import LmdbEngine
 from services.msgstore.engines.memory import MemoryEngine
@@ -21,7 +22,6 @@ from services.msgstore.model import (
     MarkKind,
     OpenQueue,
     QueueState,
-    SessionId,
     WriteBatch,
 )
 from services.msgstore.queue import DBS, QueueStore
@@ -33,8 +33,8 @@ OK, NO_QUEUE, QUEUE_FULL, STALE, STORE_ERROR = (
     AppendStatus.STALE_EPOCH,
     AppendStatus.STORE_ERROR,
 )
-C1: SessionId = ("", "c1")
-C2: SessionId = ("mp", "c2")
+C1: SessionKey = ("", "c1")
+C2: SessionKey = ("mp", "c2")
 
 
 class Harness:
@@ -60,12 +60,12 @@ class Harness:
 
     # -- one-job helpers ----------------------------------------------------------
 
-    def open(self, sid: SessionId = C1, epoch: int = 1, **kw: bool | int) -> QueueState:
+    def open(self, sid: SessionKey = C1, epoch: int = 1, **kw: bool | int) -> QueueState:
         (state,) = self.store.write_group([OpenQueue(sid, epoch, **kw)])  # type: ignore[arg-type]
         assert isinstance(state, QueueState)
         return state
 
-    def delete(self, sid: SessionId = C1, epoch: int = 0) -> QueueState:
+    def delete(self, sid: SessionKey = C1, epoch: int = 0) -> QueueState:
         (state,) = self.store.write_group([DeleteQueue(sid, epoch, "test")])
         assert isinstance(state, QueueState)
         return state
@@ -81,13 +81,13 @@ class Harness:
         assert isinstance(result, BatchResult)
         return result
 
-    def append(self, *data: bytes, sid: SessionId = C1, epoch: int = 1) -> list[AppendResult]:
+    def append(self, *data: bytes, sid: SessionKey = C1, epoch: int = 1) -> list[AppendResult]:
         return self.batch(*(Append(sid, epoch, d) for d in data)).results
 
-    def ack(self, *seqs: int, sid: SessionId = C1, epoch: int = 1, upto: int = 0) -> BatchResult:
+    def ack(self, *seqs: int, sid: SessionKey = C1, epoch: int = 1, upto: int = 0) -> BatchResult:
         return self.batch(Ack(sid, epoch, seqs, upto))
 
-    def entries(self, sid: SessionId = C1, after: int = 0) -> list[tuple[int, bytes]]:
+    def entries(self, sid: SessionKey = C1, after: int = 0) -> list[tuple[int, bytes]]:
         return self.store.read(sid, 0, after).entries
 
 

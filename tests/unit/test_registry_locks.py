@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.registry.registrar import KeyedLocks
+from services.registry.locks import KeyedLocks
 
 A = ("", "a")
 B = ("", "b")

@@ -1,17 +1,39 @@
-"""The registry's LMDB table and its journal (real LMDB in a temp dir)."""
+"""The registry's session table and its group commit, on both engines (LMDB in a temp
+dir, and the in-memory twin)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from services.registry.committer import Committer
+from services.registry.engines.base import Engine, StoreError
+from services.registry.engines.lmdb_engine import LmdbEngine
+from services.registry.engines.memory import MemoryEngine, MemoryTable
 from services.registry.sessions import NEVER, Session
-from services.registry.store import Delete, Journal, Put, Reserve, SessionStore, StoreError
+from services.registry.store import Delete, Put, Reserve, SessionStore
 
 MB = 1024 * 1024
+Opener = Callable[[int], SessionStore]  # map size -> the table, reopened on each call
+
+
+@pytest.fixture(params=["lmdb", "memory"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    table: MemoryTable = {}
+
+    def opener(map_size: int) -> SessionStore:
+        engine: Engine
+        if request.param == "lmdb":
+            engine = LmdbEngine(tmp_path / "reg", map_size)
+        else:
+            engine = MemoryEngine(table, limit_bytes=map_size)
+        return SessionStore(engine)
+
+    return opener
 
 
 def session(cid: str, epoch: int = 1, **kw: object) -> Session:
@@ -19,104 +41,104 @@ def session(cid: str, epoch: int = 1, **kw: object) -> Session:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def test_round_trip_delete_and_reservation(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path / "reg", 16 * MB)
+def test_round_trip_delete_and_reservation(open_store: Opener) -> None:
+    store = open_store(16 * MB)
     long_id = "x" * 5000  # far over LMDB's key limit: keys are hashed
     a, b = session("a", 3), session(long_id, 7, online=False, disconnected_us=99)
     store.apply([Put(a), Put(b), Put(session("gone")), Reserve(2048), Delete(("mp", "gone"))])
     store.close()
-    again = SessionStore(tmp_path / "reg", 16 * MB)
+    again = open_store(16 * MB)
     sessions, reserved = again.load()
     assert sorted(sessions, key=lambda s: s.key) == sorted([a, b], key=lambda s: s.key)
     assert reserved == 2048
     again.close()
 
 
-def test_map_full_is_a_store_error(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path / "reg", 1 * MB)
+def test_map_full_is_a_store_error(open_store: Opener) -> None:
+    store = open_store(1 * MB)
     big = [Put(session(f"c{i}" + "y" * 4000, i)) for i in range(600)]
     with pytest.raises(StoreError):
         store.apply(big)
     store.close()
 
 
-def test_journal_writes_the_current_state_in_one_go(tmp_path: Path) -> None:
+def test_group_commit_writes_the_current_state_in_one_go(open_store: Opener) -> None:
     table: dict[tuple[str, str], Session] = {}
 
     async def main() -> None:
-        store = SessionStore(tmp_path / "reg", 16 * MB)
-        journal = Journal(store, table.get)
+        store = open_store(16 * MB)
+        committer = Committer(store, table.get)
         table[("mp", "a")] = session("a", 1)
         table[("mp", "b")] = session("b", 2)
-        await asyncio.gather(journal.sync(("mp", "a"), reserve=1025), journal.sync(("mp", "b")))
-        # The journal writes what the table holds when its transaction runs.
+        await asyncio.gather(committer.sync(("mp", "a"), reserve=1025), committer.sync(("mp", "b")))
+        # A group commit writes what the table holds when its transaction runs.
         table[("mp", "a")] = session("a", 5, online=False)
         del table[("mp", "b")]
-        await journal.sync(("mp", "a"), ("mp", "b"))
-        await journal.close()
+        await committer.sync(("mp", "a"), ("mp", "b"))
+        await committer.close()
         with pytest.raises(StoreError):
-            await journal.sync(("mp", "a"))
+            await committer.sync(("mp", "a"))
         store.close()
 
     asyncio.run(main())
-    store = SessionStore(tmp_path / "reg", 16 * MB)
+    store = open_store(16 * MB)
     sessions, reserved = store.load()
     assert sessions == [session("a", 5, online=False)] and reserved == 1025
     store.close()
 
 
-def test_clean_sessions_are_not_written_unless_they_replace_a_record(tmp_path: Path) -> None:
+def test_clean_sessions_are_not_written_unless_they_replace_a_record(open_store: Opener) -> None:
     table: dict[tuple[str, str], Session] = {}
     stored = session("kept", 1)  # persistent, on disk from an earlier run
-    setup = SessionStore(tmp_path / "reg", 16 * MB)
+    setup = open_store(16 * MB)
     setup.apply([Put(stored)])
     setup.close()
 
     async def main() -> None:
-        store = SessionStore(tmp_path / "reg", 16 * MB)
-        journal = Journal(store, table.get, [stored.key])
+        store = open_store(16 * MB)
+        committer = Committer(store, table.get, [stored.key])
         table[("mp", "clean")] = session("clean", 2, session_expiry=0)
-        await journal.sync(("mp", "clean"))  # nothing to write: returns at once
-        assert journal._dirty == set() and journal._waiters == []
+        await committer.sync(("mp", "clean"))  # nothing to write: returns at once
+        assert committer._dirty == set() and committer._waiters == []
         # a clean session replacing the stored one: the stale record goes
         table[stored.key] = session("kept", 3, session_expiry=0)
-        await journal.sync(stored.key)
+        await committer.sync(stored.key)
         # and from then on the key is like any clean one
         table[stored.key] = session("kept", 3, session_expiry=0, online=False)
-        await journal.sync(stored.key)
-        assert journal._waiters == []
-        await journal.close()
+        await committer.sync(stored.key)
+        assert committer._waiters == []
+        await committer.close()
         store.close()
 
     asyncio.run(main())
-    store = SessionStore(tmp_path / "reg", 16 * MB)
+    store = open_store(16 * MB)
     sessions, _ = store.load()
     assert sessions == []
     store.close()
 
 
-def test_a_clean_session_overwrites_a_record_still_being_written(tmp_path: Path) -> None:
+def test_a_clean_session_overwrites_a_record_still_being_written(open_store: Opener) -> None:
     """A persistent session's record is in flight when a clean registration replaces it:
     the clean one's sync must not be skipped, or a restart would resurrect the old session."""
     table: dict[tuple[str, str], Session] = {}
     key = ("mp", "racy")
 
     async def main() -> None:
-        store = SessionStore(tmp_path / "reg", 16 * MB)
-        journal = Journal(store, table.get)
+        store = open_store(16 * MB)
+        committer = Committer(store, table.get)
         table[key] = session("racy", 1)  # persistent
-        first = asyncio.ensure_future(journal.sync(key))
-        await asyncio.sleep(0)  # the journal has taken the key into its transaction
-        while not journal._writing:
+        first = asyncio.ensure_future(committer.sync(key))
+        await asyncio.sleep(0)  # the committer has taken the key into its transaction
+        while not committer._writing:
             await asyncio.sleep(0)
         table[key] = session("racy", 2, session_expiry=0)  # replaced by a clean session
-        second = asyncio.ensure_future(journal.sync(key))
+        second = asyncio.ensure_future(committer.sync(key))
         await asyncio.gather(first, second)
-        await journal.close()
+        await committer.close()
         store.close()
 
     asyncio.run(main())
-    store = SessionStore(tmp_path / "reg", 16 * MB)
+    store = open_store(16 * MB)
     sessions, _ = store.load()
     assert sessions == []
     store.close()

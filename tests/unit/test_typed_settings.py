@@ -8,9 +8,13 @@ from typing import Literal
 
 import pytest
 
-from services.common.config import Schema
+from services.common.config import Config, Schema
+from services.common.schema import schema
 from services.common.settings import Setting
-from services.common.typed_settings import SettingsError, build, fits, keys, setting
+from services.common.typed_settings import SettingsError, build, computed, fits, keys, setting
+from services.gossip.config import GossipSettings
+from services.msgstore.config import MsgstoreSettings
+from services.registry.config import NEVER, RegistrySettings
 
 SCHEMA = Schema(
     [
@@ -87,7 +91,55 @@ def test_a_literal_field_refuses_a_value_outside_it() -> None:
         build(Narrow, SCHEMA.empty().with_overrides({"x.mode": "safe"}))
 
 
+def _sock(config: Config) -> str:
+    return f"unix:{config['data_dir']}/run/x.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    address: str = computed(_sock)
+    broken: int = computed(lambda c: c["x.nope"])
+
+
+def test_a_computed_field_is_checked_like_the_others() -> None:
+    with pytest.raises(SettingsError) as err:
+        build(Computed, SCHEMA.empty())
+    assert len(err.value.problems) == 1 and err.value.problems[0].startswith("broken:")
+
+
 def test_fits() -> None:
     assert fits(1, float) and not fits(True, int) and not fits(1.5, int)
     assert fits(("a", "b"), tuple[str, ...]) and not fits(("a", 1), tuple[str, ...])
     assert fits(None, float | None) and not fits("x", float | None)
+
+
+@pytest.mark.parametrize("cls", [MsgstoreSettings, GossipSettings, RegistrySettings])
+def test_each_service_builds_its_settings_from_the_default_schema(
+    cls: type[MsgstoreSettings | GossipSettings | RegistrySettings],
+) -> None:
+    settings = build(cls, schema().empty())
+    assert settings.data_dir == Path("./data")
+    assert settings.address.startswith("unix:")
+
+
+def test_service_settings_convert_as_the_services_expect() -> None:
+    config = schema().empty()
+    msgstore = build(MsgstoreSettings, config)
+    assert (msgstore.fsync, msgstore.max_batch_delay) == ("always", 0.002)
+    gossip = build(GossipSettings, config.with_overrides({"gossip.gc_interval": "0s"}))
+    assert (gossip.tombstone_ttl_s, gossip.gc_interval_s) == (3600.0, 0.1)
+    registry = build(RegistrySettings, config)
+    assert registry.persistent_client_expiration == NEVER
+    assert registry.max_online_len == 1000 + 20
+    unlimited = build(
+        RegistrySettings,
+        config.with_overrides(
+            {
+                "max_online_messages": "-1",
+                "max_offline_messages": "-1",
+                "max_session_expiry_interval": "1h",
+            }
+        ),
+    )
+    assert (unlimited.max_online_len, unlimited.max_offline_messages) == (0, 0)
+    assert unlimited.max_session_expiry_interval == 3600

@@ -121,7 +121,7 @@ class Committer:
         self._last_log = 0.0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="gossip-commit")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="gossip-committer")
 
     async def submit(self, stage: Callable[[Txn], T]) -> T:
         """Stage, make durable, install; returns ``stage``'s result once on disk."""

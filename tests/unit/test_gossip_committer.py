@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from services.gossip import codec
-from services.gossip.commit import (
+from services.gossip.committer import (
     CommitFull,
     Committer,
     ShuttingDown,

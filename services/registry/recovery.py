@@ -1,0 +1,109 @@
+"""Start-up of the registry: the table rebuilt from disk, and what it no longer knows swept.
+
+Why before serving: sessions that were online when the registry stopped are offline now,
+and their directory records must say so before a new registration can write its own
+(which this recovery would otherwise overwrite). Orphans — subscriptions and queues of
+sessions the table does not hold — go too, or nobody would ever delete them.
+"""
+
+from __future__ import annotations
+
+from services.common.session_key import SessionKey
+from services.registry.backends import BackendError
+from services.registry.records import subs_ops
+from services.registry.registrar import Registrar
+from services.registry.sessions import DeleteQueue, PublishSession, Session
+
+RECOVERY_BATCH = 500  # directory records per gossip Put at start-up
+
+
+async def recover(registrar: Registrar, sessions: list[Session], reserved: int) -> None:
+    """Rebuild the table from disk; sessions that were online are now offline.
+
+    Their directory records are corrected before the registry serves, so a later
+    registration's record cannot be overwritten by this one.
+    """
+    registrar.reserved = reserved
+    registrar.table.raise_epoch(reserved)
+    recovered = registrar.table.load(sessions, registrar.clock())
+    await _drop_orphan_subs(registrar)
+    await _drop_orphan_queues(registrar)
+    if not recovered:
+        return
+    await registrar.committer.sync(*(s.key for s in recovered))
+    persistent = [s for s in recovered if s.persistent]
+    for start in range(0, len(persistent), RECOVERY_BATCH):
+        ops = []
+        for s in persistent[start : start + RECOVERY_BATCH]:
+            ops.extend(registrar.directory_ops(PublishSession(s.key, s, drop_subs=False)))
+        try:
+            await registrar.backends.put_meta(ops)
+        except BackendError:
+            break  # logged; gossip is not up, each record is rewritten at its next change
+    for s in persistent:  # they were online when the node died: offline limits now
+        try:
+            await registrar.backends.limit_queue(
+                s.key, s.epoch, registrar.table.policy.max_offline_messages
+            )
+        except BackendError:
+            return  # logged; the msgstore is not up, the limit is set at the next change
+
+
+async def _drop_orphan_subs(registrar: Registrar) -> None:
+    """Delete the subscriptions of this node's sessions that the table does not hold.
+
+    Clean sessions are not on disk, so after a restart the table cannot end them; their
+    connections are gone (or about to be dropped by their listeners), and a client id
+    that registers again must start without them. Only keys this registry leads and
+    whose record names this node are touched: other nodes' sessions are theirs.
+    """
+    try:
+        owners = await registrar.backends.subs_owners()
+    except BackendError:
+        return  # logged; gossip is not up, the next restart tries again
+    orphans = []
+    for raw, node in owners.items():
+        mountpoint, _, client_id = raw.decode().partition("\0")
+        key = (mountpoint, client_id)
+        if (
+            node == registrar.settings.node
+            and registrar.table.get(key) is None
+            and registrar.leads(key)
+        ):
+            orphans.append(key)
+    for start in range(0, len(orphans), RECOVERY_BATCH):
+        try:
+            await registrar.backends.put_meta(subs_ops(orphans[start : start + RECOVERY_BATCH]))
+        except BackendError:
+            return  # logged
+
+
+async def _drop_orphan_queues(registrar: Registrar) -> None:
+    """Delete the msgstore queues of sessions the table does not hold.
+
+    A persistent registration opens its queue before its record is committed: a
+    registry killed in between leaves a queue for an id it will not know, which nobody
+    reads and, if the id only ever comes back clean, nobody deletes. Its client never
+    got a CONNACK for it and never subscribed with it, so nothing acknowledged to it is
+    lost. Deleted with the reserved epoch, at or above every epoch issued before the
+    restart (a queue with a newer one, from a wiped registry, is refused and kept). Only
+    keys this registry leads, as for subscriptions — which, like that sweep, trusts
+    ``registrar.view`` at start-up: true on one node (the only mode built so far); with
+    clustering, recovery must wait for the membership view, or a queue of a session led
+    by another node's registry would look orphaned here.
+    """
+    orphans: list[SessionKey] = []
+    try:
+        async for page in registrar.backends.queue_pages():
+            for queue in page:
+                key = (queue.key.mountpoint, queue.key.client_id)
+                if registrar.table.get(key) is None and registrar.leads(key):
+                    orphans.append(key)
+    except BackendError:
+        return  # logged; the msgstore is not up, the next restart tries again
+    for key in orphans:
+        try:
+            await registrar.backends.delete_queue(DeleteQueue(key, registrar.reserved, "orphan"))
+        except BackendError as exc:
+            if exc.code != "REFUSED":
+                return  # logged, as above
