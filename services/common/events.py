@@ -100,6 +100,17 @@ _SPECS: Final = [
         epoch="int",
     ),
     _e(
+        "session.takeover_unanswered",
+        "A takeover went ahead without the old connection's Disconnected (no Watch stream, "
+        "or none within registry.takeover_timeout): that connection may deliver a moment longer.",
+        client_id="str",
+        mountpoint="str",
+        listener_id="str",
+        epoch="int",
+        reason="str",
+        waited_s="float",
+    ),
+    _e(
         "session.expired",
         "A persistent session expired and was deleted.",
         client_id="str",
@@ -232,6 +243,13 @@ _SPECS: Final = [
         fsync_us="int",
     ),
     _e("store.error", "The store could not complete an operation.", op="str", reason="str"),
+    _e(
+        "internal.error",
+        "Code failed unexpectedly (a bug, not the disk or a peer); the callers of that "
+        "operation got an error and the service goes on.",
+        op="str",
+        reason="str",
+    ),
     # -- cluster ------------------------------------------------------------------
     _e("node.up", "A cluster member became reachable.", peer="str"),
     _e("node.down", "A cluster member stopped answering.", peer="str"),

@@ -161,7 +161,7 @@ class Committer:
                     _fail(pending, exc)
             writes = write_batch(txn)
         except Exception as exc:  # a bug while staging: refuse the whole batch, loudly
-            log.emit("store.error", "error", op="stage", reason=f"{type(exc).__name__}: {exc}")
+            log.emit("internal.error", "error", op="stage", reason=f"{type(exc).__name__}: {exc}")
             for pending in batch:
                 _fail(pending, CommitError(f"internal error while staging: {exc}"))
             return

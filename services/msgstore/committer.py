@@ -205,7 +205,7 @@ class Committer:
         except Exception as exc:
             # A bug, not a store error (those come back as results): fail this group's
             # callers loudly and keep serving the others.
-            log.emit("store.error", "error", op="commit", reason=f"{type(exc).__name__}: {exc}")
+            log.emit("internal.error", "error", op="commit", reason=f"{type(exc).__name__}: {exc}")
             return _Outcome([failed_result(j, "internal error") for j in jobs], bug=exc)
         commit_s = time.perf_counter() - start
         if self._unsynced_since is None:

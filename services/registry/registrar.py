@@ -23,7 +23,6 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from services.common import log
-from services.common.grpcutil import rpc_failed_as
 from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, registry_pb2
@@ -207,22 +206,12 @@ class Registrar:
                 epoch=step.new_epoch,
             )
             if watcher is None:
-                rpc_failed_as(
-                    f"listener:{step.listener_id}",
-                    "Takeover",
-                    "UNAVAILABLE",
-                    "the listener has no Watch stream",
-                )
+                _unanswered(step, "no watch stream", 0.0)
                 return
             answered = await _first(done, watcher.closed, self.settings.takeover_timeout)
             if not answered:
                 self._takeover_timeouts.inc()
-                rpc_failed_as(
-                    f"listener:{step.listener_id}",
-                    "Takeover",
-                    "DEADLINE_EXCEEDED",
-                    f"no Disconnected within {self.settings.takeover_timeout:g}s; going ahead",
-                )
+                _unanswered(step, "timeout", self.settings.takeover_timeout)
         finally:
             if self._waiters.get((step.key, step.old_epoch)) is done:
                 del self._waiters[(step.key, step.old_epoch)]
@@ -369,3 +358,17 @@ async def _first(done: asyncio.Event, closed: asyncio.Event, timeout: float) -> 
         for task in tasks:
             task.cancel()
     return bool(finished)
+
+
+def _unanswered(step: NotifyTakeover, reason: str, waited_s: float) -> None:
+    """The old connection did not confirm its end: the takeover goes ahead anyway."""
+    log.emit(
+        "session.takeover_unanswered",
+        "warning",
+        client_id=step.key[1],
+        mountpoint=step.key[0],
+        listener_id=step.listener_id,
+        epoch=step.new_epoch,
+        reason=reason,
+        waited_s=waited_s,
+    )

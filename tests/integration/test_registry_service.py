@@ -405,8 +405,9 @@ def test_takeover_goes_ahead_when_the_old_listener_never_answers(
     assert second.ok and second.epoch > first.epoch and second.session_present
     assert 0.9 <= waited < 3.0
     assert w1.next().takeover.old_epoch == first.epoch
-    failed = wait_for(lambda: node.events("rpc.failed"), "the rpc.failed event")
-    assert failed[0]["method"] == "Takeover" and failed[0]["code"] == "DEADLINE_EXCEEDED"
+    late = wait_for(lambda: node.events("session.takeover_unanswered"), "the unanswered event")
+    assert late[0]["reason"] == "timeout" and late[0]["listener_id"] == "L1"
+    assert late[0]["client_id"] == "c1" and late[0]["epoch"] == second.epoch
     # Without a Watch stream there is nobody to wait for.
     started = time.monotonic()
     third = node.register("c1", "L3")
