@@ -5,7 +5,7 @@
 #   default: REPS=3, scenarios a a2 b c d (see bench/scenarios.sh).
 # Each run gets a freshly started broker (a fresh data dir for ternmq), so backlog or on-disk
 # state from one run never leaks into the next. Output: one JSON line per run in
-# bench/results/run-<UTC timestamp>.jsonl, then `bench/summarize.py` prints the tables.
+# bench/results/run-<UTC timestamp>-<commit>.jsonl, then `bench/summarize.py` prints the tables.
 #
 # Env:
 #   BROKERS="mosquitto ternmq"   brokers to run (ternmq-noev is added for EVOFF_SCENARIOS)
@@ -15,7 +15,7 @@
 #                                (such rows are tagged "profiled" and left out of the medians)
 #   PYSPY_SECONDS=10             py-spy sampling time
 #   MOSQ_PORT=18830 TERNMQ_PORT=21883 TERNMQ_HTTP=21888   loopback ports
-#   OUT=FILE                     output file (default bench/results/run-<ts>.jsonl)
+#   OUT=FILE                     output file (default bench/results/run-<ts>-<commit>.jsonl)
 #   KEEP=1                       keep every ternmq scratch dir (default: only failed runs')
 #   SCRATCH=/tmp/ternmq-bench    where node data dirs live while a run is on
 #   MQLOAD=PATH                  a prebuilt mqload (default: built into bench/results/.build/)
@@ -35,7 +35,8 @@ TERNMQ_HTTP=${TERNMQ_HTTP:-21888}
 SCRATCH=${SCRATCH:-/tmp/ternmq-bench}
 RESULTS="$HERE/results"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-OUT=${OUT:-$RESULTS/run-$STAMP.jsonl}
+REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+OUT=${OUT:-$RESULTS/run-$STAMP-$REV.jsonl}
 EVIDENCE="$RESULTS/evidence-$STAMP"
 PYSPY_SECONDS=${PYSPY_SECONDS:-10}
 RUN_TIMEOUT=150            # hard wall-clock bound on every mqload run
