@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from services.common.config import Config
-from services.common.metrics import Registry, SampleValue
+from services.common.metrics import MetricsRegistry, SampleValue
 from services.pb import common_pb2, common_pb2_grpc
 
 SERVICES = ("listener", "registry", "gossip", "msgstore")
@@ -93,7 +93,7 @@ class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
         self,
         service: str,
         node: str,
-        metrics: Registry,
+        metrics: MetricsRegistry,
         details: Callable[[], dict[str, Any]],
         ready: Callable[[], bool],
     ) -> None:

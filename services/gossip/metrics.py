@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.gossip.store import MetaStore
 
 
 class GossipMetrics:
-    def __init__(self, registry: Registry, store: MetaStore, watchers: Callable[[], int]) -> None:
+    def __init__(
+        self, registry: MetricsRegistry, store: MetaStore, watchers: Callable[[], int]
+    ) -> None:
         self.store = store
         self.keys = registry.gauge("gossip_keys", "Visible metadata keys per prefix.", ["prefix"])
         registry.gauge(

@@ -20,7 +20,7 @@ from typing import Any
 
 from services.common import grpcutil, service
 from services.common.config import Config
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.gossip.commit import CommitError, Committer, ShuttingDown, load_store
 from services.gossip.config import GossipSettings
 from services.gossip.engines.lmdb_engine import LmdbEngine
@@ -78,7 +78,7 @@ async def _serve(
 ) -> None:
     node = config["nodename"]
     hub = WatchHub()
-    registry = Registry()
+    registry = MetricsRegistry()
     metrics = GossipMetrics(registry, store, watchers=lambda: len(hub))
     committer = Committer(
         store,

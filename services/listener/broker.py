@@ -34,7 +34,7 @@ from mypy_extensions import mypyc_attr
 
 from services.common import log
 from services.common.grpcutil import rpc_failed, rpc_failed_as
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.listener import convert
 from services.listener.durable import Countdown, Queued
 from services.listener.mqtt.types import ReasonCode, Will
@@ -79,7 +79,7 @@ class Broker:
         store: StoreClient,
         registry: registry_pb2_grpc.RegistryStub,
         gossip: gossip_pb2_grpc.GossipStub,
-        metrics: Registry,
+        metrics: MetricsRegistry,
     ) -> None:
         self.config = config
         self.node: str = config["nodename"]

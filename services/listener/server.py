@@ -29,7 +29,7 @@ from services.common.grpcutil import (
     rpc_failed,
     service_address,
 )
-from services.common.metrics import Child, Registry, SampleValue
+from services.common.metrics import Child, MetricsRegistry, SampleValue
 from services.common.service import started
 from services.listener import systree
 from services.listener.auth.authorizer import Authorizer, from_config
@@ -59,7 +59,7 @@ class ListenerMetrics:
     """The listener's counters. Per-packet ones are held as their children (one per packet
     type, made up front): the hot path does one ``inc``, no label lookup."""
 
-    def __init__(self, m: Registry) -> None:
+    def __init__(self, m: MetricsRegistry) -> None:
         self.connections = m.gauge("connections", "Open MQTT connections")
         packets_in = m.counter("packets_received_total", "MQTT packets received", ["type"])
         packets_out = m.counter("packets_sent_total", "MQTT packets sent", ["type"])
@@ -200,7 +200,7 @@ async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> a
     return server
 
 
-def _own_samples(metrics: Registry) -> systree.Source:
+def _own_samples(metrics: MetricsRegistry) -> systree.Source:
     async def samples() -> list[SampleValue]:
         return metrics.samples()
 
@@ -209,7 +209,7 @@ def _own_samples(metrics: Registry) -> systree.Source:
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
     node = config["nodename"]
-    metrics = Registry()
+    metrics = MetricsRegistry()
     lm = ListenerMetrics(metrics)
     addresses = {name: service_address(config, name) for name in ("registry", "gossip", "msgstore")}
     channels = {name: channel(addr) for name, addr in addresses.items()}

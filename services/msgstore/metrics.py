@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 
 
 class StoreMetrics:
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: MetricsRegistry) -> None:
         r = registry
         self.writes = r.counter(
             "msgstore_writes_total", "Operations written (appends, acks, marks, opens, deletes)."

@@ -14,7 +14,7 @@ from typing import Any
 from services.common import log
 from services.common.config import Config
 from services.common.grpcutil import AdminServicer, bind, create_server, service_address
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.common.service import started
 from services.msgstore.committer import Committer
 from services.msgstore.engines.base import StoreError
@@ -46,8 +46,8 @@ def open_store(config: Config) -> QueueStore:
         raise OSError(f"cannot open the message store in {path}: {exc}") from exc
 
 
-def _metrics(store: QueueStore) -> tuple[Registry, StoreMetrics]:
-    registry = Registry()
+def _metrics(store: QueueStore) -> tuple[MetricsRegistry, StoreMetrics]:
+    registry = MetricsRegistry()
     metrics = StoreMetrics(registry)
     totals = store.totals
 

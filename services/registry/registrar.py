@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
 from services.registry.config import RegistryConfig
@@ -131,7 +131,7 @@ class Registrar:
         journal: Journal,
         backends: Backends,
         hub: WatchHub,
-        metrics: Registry,
+        metrics: MetricsRegistry,
         clock: Callable[[], int] = wall_clock_us,
     ) -> None:
         self.cfg = cfg

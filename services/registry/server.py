@@ -13,7 +13,7 @@ import asyncio
 
 from services.common.config import Config
 from services.common.grpcutil import AdminServicer, bind, create_server, service_address
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.common.service import started
 from services.pb import common_pb2_grpc, registry_pb2_grpc
 from services.registry.backends import Backends
@@ -44,7 +44,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         service_address(config, "msgstore"), service_address(config, "gossip"), cfg.rpc_timeout
     )
     hub = WatchHub()
-    metrics = Registry()
+    metrics = MetricsRegistry()
     registrar = Registrar(cfg, table, journal, backends, hub, metrics)
     serving = False
     server = create_server()

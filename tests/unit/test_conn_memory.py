@@ -22,7 +22,7 @@ import pytest
 import uvloop
 
 from services.common.config import load
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.common.schema import schema
 from services.listener.broker import Broker
 from services.listener.config import tcp_listeners
@@ -122,7 +122,7 @@ async def _idle_connections(n: int) -> tuple[float, list[Connection]]:
     broker = FakeBroker(config)
     listener = tcp_listeners(config)[0]
     limits = SessionLimits.from_config(config, listener.mountpoint, listener.allowed_versions)
-    metrics = ListenerMetrics(Registry())
+    metrics = ListenerMetrics(MetricsRegistry())
     # partial, not a function of this file: Connection objects must not look like
     # allocations of this file, which are the client side and are filtered out
     fake: Any = broker

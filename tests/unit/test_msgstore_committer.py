@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from services.common.metrics import Registry
+from services.common.metrics import MetricsRegistry
 from services.msgstore.committer import Committer
 from services.msgstore.engines.base import WriteTxn
 from services.msgstore.engines.memory import MemoryEngine
@@ -253,7 +253,7 @@ def test_a_bug_fails_its_callers_loudly_and_the_committer_keeps_going() -> None:
 
 
 def test_metrics_count_writes_commits_and_fsyncs() -> None:
-    registry = Registry()
+    registry = MetricsRegistry()
     metrics = StoreMetrics(registry)
 
     async def body(c: Committer, engine: MemoryEngine) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.metrics import Registry, SampleValue
+from services.common.metrics import MetricsRegistry, SampleValue
 from services.listener.mqtt.topics import validate_topic_name
 from services.listener.routing.topics import topic_matches
 from services.listener.systree_topics import payload_for, systree_messages, topic_for
@@ -39,7 +39,7 @@ def test_payloads_are_plain_numbers() -> None:
 
 
 def test_systree_messages_cover_every_sample_of_a_registry_sorted() -> None:
-    reg = Registry()
+    reg = MetricsRegistry()
     reg.gauge("connections", "open connections").set(3)
     published = reg.counter("messages_published_total", "published", ["qos"])
     published.labels("0").inc(5)
