@@ -28,8 +28,9 @@ from typing import Any
 import uvloop
 
 from services.common import log
+from services.common.child_process import SUPERVISED, ignore_sigint
 from services.common.config import Config
-from services.common.service import SUPERVISED, ignore_sigint, setup_logging
+from services.common.service import setup_logging
 
 ORDER = ("msgstore", "gossip", "registry", "listener")
 _PR_SET_PDEATHSIG = 1
