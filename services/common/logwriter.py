@@ -42,7 +42,8 @@ class BufferedWriter:
                 self._flush_locked()
 
     def periodic(self) -> None:
-        """What ``log``'s flusher thread does between flushes (subclasses add upkeep)."""
+        """Called by ``log``'s flusher thread each period: a flush, plus any upkeep a
+        subclass needs (the spool's writer watches its converter)."""
         self.flush()
 
     def _take(self) -> list[Any]:

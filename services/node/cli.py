@@ -1,4 +1,9 @@
-"""The ``ternmq`` command: start a node, run one service, dev clusters, the ETL."""
+"""The ``ternmq`` command: a whole node, one service alone, the config, the logs, the ETL.
+
+Every command loads the whole node's schema, so a service started alone
+(``python -m services.NAME``, which comes through here too) reads the same
+``node.conf`` as it would under ``ternmq start``.
+"""
 
 from __future__ import annotations
 
