@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.common.config import load  # noqa: E402
 from services.common.grpcutil import channel, service_address  # noqa: E402
-from services.common.schema import schema  # noqa: E402
+from services.node.schema import schema  # noqa: E402
 from services.pb import common_pb2, common_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc  # noqa: E402
 
 

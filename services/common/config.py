@@ -1,6 +1,6 @@
 """Reading ``ternmq.conf``: ``key = value`` lines, ``#`` comments, every error at once.
 
-The parser checks each line against the schema (``services.common.schema``) and
+The parser checks each line against the schema (``services.node.schema``) and
 collects *all* problems — unknown keys with a "did you mean", bad values, duplicates —
 each with the file and line, before failing, so an operator fixes a file in one pass.
 The result is a frozen :class:`Config`, loaded once and passed in explicitly.

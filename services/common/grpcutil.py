@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from services.common import log
 from services.common.config import Config
 from services.common.metrics import MetricsRegistry, SampleValue
 from services.pb import common_pb2, common_pb2_grpc
@@ -137,8 +138,6 @@ def rpc_failed(target: str, method: str, exc: grpc.aio.AioRpcError, level: str =
 def rpc_failed_as(target: str, method: str, code: str, reason: str, level: str = "warning") -> None:
     """:func:`rpc_failed` for failures that are not an ``AioRpcError`` (a refused write,
     a stream that ended, a deadline of our own)."""
-    from services.common import log
-
     log.emit("rpc.failed", level, target=target, method=method, code=code, reason=reason)
 
 

@@ -3,31 +3,24 @@
 Each service writes ``log_dir/<service>.jsonl`` (rotated to ``.1``, ``.2`` … by size)
 and, human-readable, to stderr. Every line carries the envelope of
 ``services.common.events`` (``ts``, ``level``, ``node``, ``service``, ``event``,
-``schema``) plus the event's fields.
-
-Why buffered: the listener logs several events per QoS >= 1 message; one ``write(2)``
-per event would cost more than routing the message. Lines are gathered in memory and
-written when the buffer holds 256 lines (some 64 KiB), when :func:`flush` is called (the
-listener does so before it writes to client sockets, so a client never sees a message
-whose event is not yet in the OS), and every 200 ms by a background thread. A process killed with
-SIGKILL therefore loses at most the lines of its last, unflushed batch.
+``schema``) plus the event's fields. Lines are written in batches (``logwriter``): the
+listener logs several events per QoS >= 1 message, and one ``write(2)`` each would cost
+more than routing the message.
 
 Hot paths call :func:`emit` directly: no structlog processor chain, one ``json.dumps``.
-The per-message events (several per QoS >= 1 message) go through :func:`emitter`
-instead: a function compiled once per event from its catalogue entry, which formats the
-line with one f-string — a third of what ``emit`` costs (no kwargs dict, no generic
-JSON encoder), the same JSON.
+The per-message events go through :func:`emitter` instead: a function compiled once per
+event from its catalogue entry, which formats the line with one f-string (no kwargs
+dict, no generic JSON encoder) into the same JSON. With a spool (``spoolwriter``) it does
+not format at all: it hands the record to a converter process.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
-import os
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, MutableMapping
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -36,95 +29,15 @@ from typing import Any
 import structlog
 
 from services.common.events import EVENTS, SCHEMA_VERSION
+from services.common.logwriter import FLUSH_LINES, BufferedWriter, JsonlWriter
+from services.common.spoolwriter import SpoolWriter
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
-FLUSH_LINES = 256  # buffered lines that trigger a write (lines are ~250 bytes)
-_FLUSH_PERIOD = 0.2
-
-
-class BufferedWriter:
-    """Gathers lines (or, for the spool, records) and writes them out in batches: the
-    base of :class:`JsonlWriter` and ``logspool.SpoolWriter``, which say how
-    (``_flush_locked``, called with the lock held)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # held while writing out
-        # Lines go into a deque without the lock: ``append`` and ``popleft`` are atomic, so
-        # a line added while another thread flushes is written now or by the next flush,
-        # never lost. Compiled emitters append to ``lines`` themselves (as ``write``).
-        self.lines: deque[Any] = deque()
-
-    def write(self, line: str) -> None:
-        lines = self.lines
-        lines.append(line)
-        if len(lines) >= FLUSH_LINES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.lines:
-            with self._lock:
-                self._flush_locked()
-
-    def periodic(self) -> None:
-        """What the flusher thread does every 200 ms."""
-        self.flush()
-
-    def _take(self) -> list[Any]:
-        """Everything gathered so far, in order (with the lock held)."""
-        buf = self.lines
-        popleft = buf.popleft
-        return [popleft() for _ in range(len(buf))]
-
-    def _flush_locked(self) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class JsonlWriter(BufferedWriter):
-    """Appends lines to a file, buffered, rotating by size (``path.1`` is the newest old file)."""
-
-    def __init__(self, path: Path, rotate_size: int, keep: int) -> None:
-        super().__init__()
-        self.path = path
-        self.rotate_size = rotate_size
-        self.keep = keep
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = os.fstat(self._fd).st_size
-
-    def _flush_locked(self) -> None:
-        if not self.lines:
-            return
-        data = "".join(self._take()).encode("utf-8")
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        self._size += len(data)
-        if self.rotate_size and self._size >= self.rotate_size:
-            self._rotate()
-
-    def _rotate(self) -> None:
-        os.close(self._fd)
-        for i in range(self.keep - 1, 0, -1):
-            src = self.path.with_name(f"{self.path.name}.{i}")
-            if src.exists():
-                src.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
-        self.path.replace(self.path.with_name(f"{self.path.name}.1"))
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = 0
-
-    def close(self) -> None:
-        with self._lock:
-            self._flush_locked()
-            os.close(self._fd)
-            self._fd = -1
+_FLUSH_PERIOD = 0.2  # s between the flusher thread's flushes: what a SIGKILL can lose
 
 
 class _State:
-    writer: BufferedWriter | None = None  # a JsonlWriter or a logspool.SpoolWriter
+    writer: BufferedWriter | None = None  # a JsonlWriter or a SpoolWriter
     spool = False  # compiled emitters hand records to the spool unformatted
     node = ""
     service = ""
@@ -143,8 +56,8 @@ _state = _State()
 def now_iso() -> str:
     """UTC ISO-8601 with microseconds and a ``Z`` suffix.
 
-    Formatting a datetime per event was the single largest cost of logging; the seconds
-    part changes once a second, so it is formatted then and reused."""
+    Formatting a whole datetime per event would be the largest cost of logging; the
+    seconds part changes once a second, so it is formatted then and reused."""
     return iso(time.time())
 
 
@@ -196,7 +109,7 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
 
 # How a compiled emitter writes a field of each catalogue type; the same text that
 # ``dumps`` produces (ASCII-escaped strings). An "int" field must be given an int
-# (IntEnums are fine; a bool would be written True): ``{x}`` costs a third of ``{x:d}``.
+# (IntEnums are fine; a bool would be written True): ``{x}`` is cheaper than ``{x:d}``.
 _FIELD_FORMATS = {
     "str": "{_esc(%s)}",
     "int": "{%s}",
@@ -394,7 +307,7 @@ def setup(
     """Configure logging for this process; call once at start-up.
 
     ``spool``: the per-message events are not formatted here but written, as records, to
-    a spool that a helper process turns into the same JSON lines
+    a spool that a converter process turns into the same JSON lines
     (:mod:`services.common.logspool`); for the services that log several events per
     message. Not with ``console = json`` (the lines must be formatted here for stderr)."""
     _state.node = node
@@ -407,8 +320,6 @@ def setup(
     _state.console = console
     _state.message_events = message_events
     if log_dir and spool and console != "json":
-        from services.common.logspool import SpoolWriter
-
         _state.writer = SpoolWriter(Path(log_dir), service, node, rotate_size, rotate_keep)
         _state.spool = True
     elif log_dir:

@@ -1,27 +1,17 @@
-"""The event-log spool: a service's events as records on disk, made JSON lines elsewhere.
+"""The converting end of the event-log spool: records made JSON lines, in order.
 
-Why: the listener logs three events per persistent QoS 1 message, and formatting them
-cost ~2.6 of its ~22 µs per message, on the one core that bounds its throughput. With a
-spool a compiled emitter (``log.emitter``) appends a tuple instead of a line; a flush
-pickles what is pending (~0.1 µs a record) and appends it to a spool segment with one
-``write(2)``; a converter process, on another core, formats the records into the same
-lines (``recordlines``, compiled) and appends them to ``<service>.jsonl``, as the service
-would have.
+One converter process runs beside each spooling service (``spoolwriter.SpoolWriter``
+starts it) and writes the lines the service would have written, with the same
+formatter (``recordlines``, compiled). It runs on CPU the service leaves idle; the lines
+reach the ``.jsonl`` up to a poll later than the service handed them over.
 
-What stays true: a flush still puts the records in the OS before the listener writes to
-a client socket, so a SIGKILLed service loses nothing it flushed — its converter sees it
-gone, converts the rest and exits; if the converter dies too (the whole node killed), the
-next converter converts the leftovers first, in order. What changes: lines reach the
-``.jsonl`` up to ~50 ms later; a frame torn by a crash mid-write is dropped with a
-warning on stderr.
-
-Layout: each writing process has its own ``log_dir/spool/<service>.<pid>/``, holding
-segments ``<time_ns>.seg`` (names sort by age), each a run of frames ``[u32 length]
-[pickle of a list of str | tuple]``; a frame of length 0 closes a segment. ``pos``
-records how far conversion got, ``lock`` is held by the converter at work. A converter
-first adopts the directories of writers that died with their converter (the node killed
-hard), then converts its own writer's, and removes a directory once its writer is gone
-and everything in it is converted.
+Crashes: when the service is SIGKILLed its converter sees it gone, converts the rest and
+exits; if the converter dies too (the whole node killed), the next converter for that
+service converts the leftovers first, in order (``adopt_orphans``), and ``ternmq log
+convert`` does it for a node that will not start again. A frame torn by a crash
+mid-write is dropped with a warning on stderr. ``pos`` in a writer's directory records
+how far conversion got; ``lock`` is held by the converter at work, and a directory is
+removed once its writer is gone and everything in it is converted.
 
     python -m services.common.logspool --spool DIR --out FILE --service S --node N --parent PID
 """
@@ -35,131 +25,21 @@ import json
 import os
 import pickle
 import signal
-import struct
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from services.common import log
 from services.common.events import EVENTS
+from services.common.logwriter import JsonlWriter
 from services.common.recordlines import RecordLines
+from services.common.spoolwriter import FRAME_HEADER, spool_dir
 
-SEGMENT_SIZE = 16 * 1024 * 1024  # a writer starts a new segment past this size
-MAX_SEGMENTS = 16  # more unconverted segments than this and the writer waits (see flush)
-BEHIND_WAIT = 0.005  # s each flush waits while the converter is that far behind
 POLL = 0.05  # s between the converter's passes
-STOP_WAIT = 10.0  # s a closing writer waits for its converter to finish
 NICE = 10  # the converter's niceness where SCHED_IDLE is refused
-_HEADER = struct.Struct("<I")
-_END = _HEADER.pack(0)
 _POS_LEN = 20 + 4 + 1 + 20  # "<time_ns>.seg <offset>"
-
-
-def _segment_name() -> str:
-    return f"{time.time_ns():020d}.seg"
-
-
-def spool_dir(log_dir: Path, service: str, pid: int) -> Path:
-    return log_dir / "spool" / f"{service}.{pid}"
-
-
-class SpoolWriter(log.BufferedWriter):
-    """The writer of ``log.setup(spool=True)``: gathers lines and records as a
-    ``log.JsonlWriter`` does, but writes them to the spool, and a converter process
-    (started here, restarted if it dies) writes the ``.jsonl``."""
-
-    def __init__(self, log_dir: Path, service: str, node: str, rotate_size: int, keep: int) -> None:
-        super().__init__()
-        self.dir = spool_dir(log_dir, service, os.getpid())
-        self.dir.mkdir(parents=True, exist_ok=True)
-        # Whose records these are, for whoever converts them if we and our converter die.
-        (self.dir / "meta").write_text(json.dumps({"node": node, "service": service}))
-        self._fd = -1
-        self._size = 0
-        self._behind = False
-        self._open_segment()
-        self._argv = [
-            sys.executable, "-m", "services.common.logspool",
-            "--spool", str(log_dir / "spool"),
-            "--out", str(log_dir / f"{service}.jsonl"),
-            "--service", service,
-            "--node", node,
-            "--rotate-size", str(rotate_size),
-            "--keep", str(keep),
-            "--parent", str(os.getpid()),
-        ]  # fmt: skip
-        self._converter = self._spawn()
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        # Its stdin is how it learns we are done: EOF when we close it or die. Ctrl-C
-        # reaches it too (same process group): we close it, so it starts with SIGINT
-        # ignored — a SIGINT while it was still starting killed it and stranded our last
-        # events in the spool.
-        from services.common.service import ignore_sigint
-
-        return subprocess.Popen(self._argv, stdin=subprocess.PIPE, preexec_fn=ignore_sigint)
-
-    def _open_segment(self) -> None:
-        if self._fd >= 0:
-            os.write(self._fd, _END)
-            os.close(self._fd)
-        path = self.dir / _segment_name()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
-        self._size = 0
-
-    def _flush_locked(self) -> None:
-        if not self.lines or self._fd < 0:
-            return
-        data = pickle.dumps(self._take(), 5)
-        view = memoryview(_HEADER.pack(len(data)) + data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        self._size += len(data) + 4
-        if self._size >= SEGMENT_SIZE:
-            self._open_segment()
-        if self._behind:
-            # The converter runs at a lower priority; on a saturated node it could fall
-            # behind for good and the spool fill the disk. Past MAX_SEGMENTS the service
-            # slows down instead, as it would with a slow disk: the spool stays bounded.
-            time.sleep(BEHIND_WAIT)
-
-    def periodic(self) -> None:
-        """From the log's flusher thread: flush, see whether the converter is far behind,
-        and restart it if it died."""
-        self.flush()
-        self._behind = sum(1 for _ in self.dir.glob("*.seg")) > MAX_SEGMENTS
-        if self._fd >= 0 and self._converter.poll() is not None:
-            sys.stderr.write(
-                f"ternmq: log converter exited ({self._converter.returncode}); restarting\n"
-            )
-            self._converter = self._spawn()
-
-    def close(self) -> None:
-        with self._lock:
-            self._flush_locked()
-            if self._fd >= 0:
-                os.write(self._fd, _END)
-                os.close(self._fd)
-                self._fd = -1
-        if self._converter.stdin is not None:
-            self._converter.stdin.close()
-        try:
-            self._converter.wait(STOP_WAIT)
-        except subprocess.TimeoutExpired:
-            sys.stderr.write("ternmq: the log converter is still converting; left running\n")
-            return
-        if not any(self.dir.glob("*.seg")):  # all converted: nothing to adopt later
-            for leftover in self.dir.iterdir():
-                leftover.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                self.dir.rmdir()
-
-
-# -- the converter ------------------------------------------------------------------
 
 
 class Converter:
@@ -219,7 +99,7 @@ class Converter:
         at = frames = 0
         ended = False
         while len(data) - at >= 4:
-            (n,) = _HEADER.unpack_from(data, at)
+            (n,) = FRAME_HEADER.unpack_from(data, at)
             if n == 0:
                 ended = True
                 at += 4
@@ -338,9 +218,9 @@ def convert_leftovers(log_dir: Path) -> dict[str, int]:
         service = path.name.rsplit(".", 1)[0]
         if service in written:
             continue
-        out = log.JsonlWriter(log_dir / f"{service}.jsonl", 0, 1)
+        out = JsonlWriter(log_dir / f"{service}.jsonl", 0, 1)
 
-        def write(lines: list[str], service: str = service, out: log.JsonlWriter = out) -> None:
+        def write(lines: list[str], service: str = service, out: JsonlWriter = out) -> None:
             written[service] += len(lines)
             out.lines.extend(lines)
             out.flush()
@@ -354,10 +234,11 @@ def convert_leftovers(log_dir: Path) -> dict[str, int]:
 def _background() -> None:
     """Run only on CPU the broker leaves idle: SCHED_IDLE, or nice 10 where it is refused.
 
-    The spool absorbs a burst and its bound (MAX_SEGMENTS) throttles the writer if the
-    converter falls that far behind, so a starved converter delays lines, never loses them.
-    On 2 cores under scenario (c) a nice 10 converter still took the core from the msgstore
-    at its wake-ups: SCHED_IDLE gave 70-75k msg/s against 62-65k (docs/benchmarks.md).
+    The spool absorbs a burst and its bound (``spoolwriter.MAX_SEGMENTS``) throttles the
+    writer if the converter falls that far behind, so a starved converter delays lines,
+    never loses them. Nice alone is not enough: on a machine with as few cores as services,
+    a niced converter still takes a core from the msgstore at its wake-ups
+    (docs/benchmarks.md).
     """
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
@@ -386,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         stopping.set()
 
     threading.Thread(target=watch_writer, daemon=True).start()
-    out = log.JsonlWriter(args.out, args.rotate_size, args.keep)
+    out = JsonlWriter(args.out, args.rotate_size, args.keep)
 
     def write(lines: list[str]) -> None:
         out.lines.extend(lines)

@@ -1,6 +1,6 @@
 """Counters and gauges, rendered in the Prometheus text format.
 
-Each service keeps its own :class:`Registry` and serves its samples over the Admin RPC;
+Each service keeps its own :class:`MetricsRegistry` and serves its samples over the Admin RPC;
 the node's ``/metrics`` gathers all of them. Hot paths hold a :class:`Counter` child and
 call ``inc`` — a dict lookup is done once, when the child is made, not per message.
 """

@@ -1,9 +1,9 @@
 """Spooled event records to JSON lines: the log converter's per-record loop, compiled.
 
 Why: the converter (``logspool``) formats four lines per persistent QoS 1 message (three
-listener events and the store's ``message.queued``) on the same two cores as the broker.
-Through ``log.formatter``'s generated f-string, unpacked and called per record, a line
-cost ~3.6 µs on the session-6 machine; this loop, compiled (setup.py), ~2.1 µs.
+listener events and the store's ``message.queued``) on the same cores as the broker.
+Unpacking each record into ``log.formatter``'s generated f-string costs markedly more
+per line than this loop, compiled (setup.py); docs/benchmarks.md has the figures.
 
 The text is exactly ``log.formatter``'s (``tests/integration/test_logspool.py`` compares
 spooled lines with inline ones): a ``str`` field escaped as ``json`` escapes it, an

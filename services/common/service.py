@@ -9,8 +9,6 @@ status with a logged reason.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import gc
 import os
 import signal
@@ -20,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import uvloop
 
 from services.common import log
+from services.common.child_process import SUPERVISED
 from services.common.config import Config
 
 Serve = Callable[[Config, asyncio.Event], Awaitable[None]]
@@ -27,20 +26,6 @@ Serve = Callable[[Config, asyncio.Event], Awaitable[None]]
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
-SUPERVISED = "TERNMQ_SUPERVISED"  # set in the environment of a node's children
-
-
-def ignore_sigint() -> None:
-    """preexec_fn: the child starts with SIGINT ignored, so a Ctrl-C that reaches the
-    whole process group while it is still starting (before it can say how it handles
-    signals) cannot kill it; its parent stops it. Through libc: a forked child must not
-    run Python's signal machinery."""
-    with contextlib.suppress(OSError):
-        libc_signal = ctypes.CDLL("libc.so.6", use_errno=True).signal
-        libc_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        libc_signal.restype = ctypes.c_void_p
-        libc_signal(signal.SIGINT, 1)  # 1: SIG_IGN
-
 
 # The services that log events per message: formatting those is worth another process.
 SPOOLED = ("listener", "msgstore")
@@ -61,7 +46,7 @@ def setup_logging(service: str, config: Config) -> None:
 
 
 # The hot paths allocate many short-lived containers; CPython's default gen0 threshold
-# (700) ran a collection every few dozen messages (~7% of the listener's CPU under load).
+# (700) runs a collection every few dozen messages, a cost paid on every one of them.
 GC_THRESHOLDS = (20_000, 20, 100)
 
 

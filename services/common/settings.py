@@ -1,7 +1,7 @@
 """Declaring configuration keys: each key is declared once, with its type, default and doc.
 
 Services declare their keys in their own ``config.py`` as a list of :class:`Setting`;
-``services.common.schema`` gathers them. The parser, the rendered default
+``services.node.schema`` gathers them. The parser, the rendered default
 ``ternmq.conf`` and ``ternmq-admin show`` all read the same declarations, so a key
 cannot exist in one place and not another.
 

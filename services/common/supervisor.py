@@ -1,87 +1,86 @@
-"""``ternmq start``: run a node's four services as child processes and keep them running.
+"""Keep a fixed set of child processes running until told to stop.
 
-Children start in dependency order (msgstore, gossip, registry, listener), each with the
-node's effective configuration written to ``data_dir/run/node.conf`` (the file plus any
-``--set`` overrides), so a child started alone with that file behaves the same.
+Children start in the order given and stop in the reverse order, so a child can rely on
+the ones started before it for as long as it runs. A child that exits unexpectedly is
+restarted after a short backoff; more than ``max_restarts`` restarts of one child within
+``restart_window`` seconds stop them all with a failure (a crash loop is louder than a
+flapping child). On stop each child gets SIGTERM, and SIGKILL if still running after
+``shutdown_timeout``. Children ask the kernel for SIGKILL when the supervisor dies, so a
+supervisor killed hard leaves no orphans.
 
-A child that exits unexpectedly is restarted after a short backoff; more than
-``supervisor.max_restarts`` restarts within ``supervisor.restart_window`` stops the node
-with exit status 1 (a crash loop is louder than a flapping service). SIGTERM/SIGINT stop
-the children in reverse order, with SIGKILL for any still running after
-``supervisor.shutdown_timeout``. Children ask the kernel for SIGKILL when the supervisor
-dies (PR_SET_PDEATHSIG), so a node killed hard leaves no orphans.
+What the children are, and what runs around them, is the caller's: ``services.node``
+makes a ternmq node of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import signal
-import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-import uvloop
+from typing import TypedDict
 
 from services.common import log
-from services.common.config import Config
-from services.common.service import SUPERVISED, ignore_sigint, setup_logging
-
-ORDER = ("msgstore", "gossip", "registry", "listener")
-_PR_SET_PDEATHSIG = 1
+from services.common.child_process import SUPERVISED, die_with_parent
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the supervisor dies (Linux); SIGINT is the
-    supervisor's to act on (see ``service.ignore_sigint``)."""
-    ignore_sigint()
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_restarts: int
+    restart_window: float  # s
+    shutdown_timeout: float  # s
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    name: str
+    argv: Sequence[str]
+
+
+class ChildStatus(TypedDict):
+    pid: int | None
+    running: bool
+    restarts: int
+    uptime_s: float
 
 
 @dataclass
 class Child:
-    name: str
+    spec: ChildSpec
     proc: asyncio.subprocess.Process | None = None
-    restarts: deque[float] = field(default_factory=deque)
+    restarts: deque[float] = field(default_factory=deque)  # times, within the window
     total_restarts: int = 0
     started_at: float = 0.0
 
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
 
 class Supervisor:
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.children = {name: Child(name) for name in ORDER}
+    def __init__(self, children: Sequence[ChildSpec], policy: RestartPolicy) -> None:
+        self.policy = policy
+        self.children = {spec.name: Child(spec) for spec in children}
         self.stopping = False
         self.failed = False
-        run_dir = Path(config["data_dir"]) / "run"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.conf_path = run_dir / "node.conf"
-        self.conf_path.write_text("\n".join(config.to_lines()) + "\n", encoding="utf-8")
         self.started_at = time.time()
 
     async def _spawn(self, child: Child) -> None:
         child.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            f"services.{child.name}",
-            "--config",
-            str(self.conf_path),
-            preexec_fn=_die_with_parent,
+            *child.spec.argv,
+            preexec_fn=die_with_parent,
             env={**os.environ, SUPERVISED: "1"},
         )
         child.started_at = time.time()
 
     async def run(self, stop: asyncio.Event) -> int:
-        for name in ORDER:
-            await self._spawn(self.children[name])
+        """Start the children and keep them running until ``stop`` is set (by the caller
+        or by a crash loop); return the exit status: 1 after a crash loop, else 0."""
+        for child in self.children.values():
+            await self._spawn(child)
         watchers = [asyncio.create_task(self._watch(c, stop)) for c in self.children.values()]
         await stop.wait()
         self.stopping = True
@@ -91,8 +90,8 @@ class Supervisor:
         return 1 if self.failed else 0
 
     async def _watch(self, child: Child, stop: asyncio.Event) -> None:
-        window: float = self.config["supervisor.restart_window"]
-        limit: int = self.config["supervisor.max_restarts"]
+        window = self.policy.restart_window
+        limit = self.policy.max_restarts
         while not self.stopping:
             assert child.proc is not None
             code = await child.proc.wait()
@@ -127,8 +126,8 @@ class Supervisor:
             log.emit("service.restarted", "warning", child=child.name, pid=child.proc.pid)
 
     async def _stop_all(self) -> None:
-        timeout: float = self.config["supervisor.shutdown_timeout"]
-        for name in reversed(ORDER):
+        timeout = self.policy.shutdown_timeout
+        for name in reversed(self.children):
             proc = self.children[name].proc
             if proc is None or proc.returncode is not None:
                 continue
@@ -143,7 +142,7 @@ class Supervisor:
                 proc.kill()
                 await proc.wait()
 
-    def status(self) -> dict[str, dict[str, Any]]:
+    def status(self) -> dict[str, ChildStatus]:
         return {
             name: {
                 "pid": c.proc.pid if c.proc else None,
@@ -153,35 +152,3 @@ class Supervisor:
             }
             for name, c in self.children.items()
         }
-
-
-def start_node(config: Config) -> int:
-    """Run a node in the foreground until SIGTERM/SIGINT; return the exit status."""
-    setup_logging("node", config)
-    from services.common.http_api import HttpApi
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        sup = Supervisor(config)
-        api = HttpApi(config, sup)
-        api.start()
-        log.emit("service.started", address=str(config["listener.http.default"]), pid=os.getpid())
-        try:
-            return await sup.run(stop)
-        finally:
-            api.stop()
-
-    try:
-        code = uvloop.run(main())
-    except OSError as exc:
-        print(f"ternmq: {exc}", file=sys.stderr)
-        code = 1
-    log.emit(
-        "service.stopping",
-        reason="stopped",
-    )
-    log.shutdown()
-    return code

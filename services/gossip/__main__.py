@@ -1,5 +1,5 @@
 """`python -m services.gossip --config FILE`: run the gossip service alone."""
 
-from services.common.cli import service_main
+from services.node.cli import service_main
 
 raise SystemExit(service_main("gossip"))

@@ -1,5 +1,5 @@
 """`python -m services.registry --config FILE`: run the registry service alone."""
 
-from services.common.cli import service_main
+from services.node.cli import service_main
 
 raise SystemExit(service_main("registry"))

@@ -1,6 +1,7 @@
-"""The event-log spool (services/common/logspool.py) with real writer and converter processes:
-the lines are the ones the service would have written itself, in order, and nothing a
-writer flushed is lost when it, or it and its converter, are killed with SIGKILL."""
+"""The event-log spool (services/common/spoolwriter.py and logspool.py) with real writer
+and converter processes: the lines are the ones the service would have written itself, in
+order, and nothing a writer flushed is lost when it, or it and its converter, are killed
+with SIGKILL."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common import log, logspool
+from services.common import log, spoolwriter
 from tests.support.clients import Client
 from tests.support.node import TERNMQ, make_node, wait_for
 
@@ -189,7 +190,7 @@ def test_a_frame_torn_by_a_crash_is_dropped_and_said(tmp_path: Path) -> None:
     wrong type is kept, written as emit() writes any event."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
-    spool = logspool.spool_dir(tmp_path, "listener", int(dead.stdout))
+    spool = spoolwriter.spool_dir(tmp_path, "listener", int(dead.stdout))
     spool.mkdir(parents=True)
     good = pickle.dumps(
         [
@@ -224,11 +225,11 @@ def test_a_writer_far_ahead_of_its_converter_slows_down(
 ) -> None:
     """The spool is bounded: with the converter stopped and more than MAX_SEGMENTS
     segments waiting, every flush waits; once it has caught up, flushes are quick again."""
-    monkeypatch.setattr(logspool, "SEGMENT_SIZE", 1000)
-    monkeypatch.setattr(logspool, "MAX_SEGMENTS", 3)
-    monkeypatch.setattr(logspool, "BEHIND_WAIT", 0.2)
+    monkeypatch.setattr(spoolwriter, "SEGMENT_SIZE", 1000)
+    monkeypatch.setattr(spoolwriter, "MAX_SEGMENTS", 3)
+    monkeypatch.setattr(spoolwriter, "BEHIND_WAIT", 0.2)
     log.setup("listener", "n1", None, console="off")  # the envelope for this process's lines
-    writer = logspool.SpoolWriter(tmp_path, "listener", "n1", 10**8, 2)
+    writer = spoolwriter.SpoolWriter(tmp_path, "listener", "n1", 10**8, 2)
     converter = writer._converter
     try:
         os.kill(converter.pid, signal.SIGSTOP)

@@ -20,7 +20,7 @@ import pytest
 
 from services.common.config import load
 from services.common.grpcutil import CHANNEL_OPTIONS, service_address
-from services.common.schema import schema
+from services.node.schema import schema
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from services.common.config import ConfigError, load, parse_text, render_default_conf
-from services.common.schema import schema
 from services.listener.config import tcp_listeners
+from services.node.schema import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

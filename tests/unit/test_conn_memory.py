@@ -23,7 +23,6 @@ import uvloop
 
 from services.common.config import load
 from services.common.metrics import MetricsRegistry
-from services.common.schema import schema
 from services.listener.broker import Broker
 from services.listener.config import tcp_listeners
 from services.listener.connection import Connection
@@ -33,6 +32,7 @@ from services.listener.session.actions import Ended, Register
 from services.listener.session.auth import AllowAll
 from services.listener.session.core import Session
 from services.listener.session.limits import SessionLimits
+from services.node.schema import schema
 
 SESSION_BUDGET = 800
 """Bytes per idle connected 3.1.1 session: ~600 today [~3,000 before]."""

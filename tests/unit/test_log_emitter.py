@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from services.common import events, log
+from services.common.logwriter import FLUSH_LINES
 
 SAMPLES: dict[str, Any] = {
     "str": 'a "quoted" é\n',
@@ -97,7 +98,7 @@ def test_emitter_respects_the_level(tmp_path: Path) -> None:
 
 def test_writer_flushes_by_line_count(log_dir: Path) -> None:
     acked = log.emitter("message.acked")
-    for i in range(log.FLUSH_LINES):
+    for i in range(FLUSH_LINES):
         acked("m", "c", 1, i)
     text = (log_dir / "listener.jsonl").read_text()  # written without a flush() call
-    assert len(text.splitlines()) == log.FLUSH_LINES
+    assert len(text.splitlines()) == FLUSH_LINES

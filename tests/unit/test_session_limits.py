@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from services.common.config import parse_text
-from services.common.schema import schema
 from services.listener.session.codes import MARK_INBOUND_QOS2, MARK_OUTBOUND_PUBREL
 from services.listener.session.limits import SessionLimits
+from services.node.schema import schema
 
 
 def test_defaults_from_the_schema_match_the_dataclass_defaults() -> None:

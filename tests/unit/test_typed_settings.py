@@ -9,11 +9,11 @@ from typing import Literal
 import pytest
 
 from services.common.config import Config, Schema
-from services.common.schema import schema
 from services.common.settings import Setting
 from services.common.typed_settings import SettingsError, build, computed, fits, keys, setting
 from services.gossip.config import GossipSettings
 from services.msgstore.config import MsgstoreSettings
+from services.node.schema import schema
 from services.registry.config import NEVER, RegistrySettings
 
 SCHEMA = Schema(

@@ -1,4 +1,9 @@
-"""The ``ternmq`` command: start a node, run one service, dev clusters, the ETL."""
+"""The ``ternmq`` command: a whole node, one service alone, the config, the logs, the ETL.
+
+Every command loads the whole node's schema, so a service started alone
+(``python -m services.NAME``, which comes through here too) reads the same
+``node.conf`` as it would under ``ternmq start``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any
 import click
 
 from services.common.config import ConfigError, load
-from services.common.schema import schema
+from services.node.schema import schema
 
 EXIT_CONFIG = 2
 
@@ -66,7 +71,7 @@ def service(name: str, config_path: str | None, sets: tuple[str, ...]) -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key.")
 def start(config_path: str | None, sets: tuple[str, ...]) -> None:
     """Run a node (all four services) in the foreground."""
-    from services.common.supervisor import start_node
+    from services.node.start import start_node
 
     sys.exit(start_node(load_config(config_path, sets)))
 
@@ -137,3 +142,7 @@ def service_main(name: str) -> int:
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,8 @@
 """The whole settings schema: node-wide keys declared here, service keys in each service.
 
-Order matters only for the rendered default conf: node keys first, then each service.
+A node runs every service from one ``ternmq.conf``, so each service parses the whole
+schema: a key it does not read is still a key, not a typo. Order matters only for the
+rendered default conf: node keys first, then each service.
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from functools import cache
 
 from services.common.config import Schema
 from services.common.settings import Setting
+from services.gossip.config import SETTINGS as GOSSIP
+from services.listener.config import SETTINGS as LISTENER
+from services.msgstore.config import SETTINGS as MSGSTORE
+from services.registry.config import SETTINGS as REGISTRY
 
 NODE_SETTINGS: list[Setting] = [
     Setting(
@@ -128,9 +134,4 @@ NODE_SETTINGS: list[Setting] = [
 
 @cache
 def schema() -> Schema:
-    from services.gossip.config import SETTINGS as GOSSIP
-    from services.listener.config import SETTINGS as LISTENER
-    from services.msgstore.config import SETTINGS as MSGSTORE
-    from services.registry.config import SETTINGS as REGISTRY
-
     return Schema([*NODE_SETTINGS, *LISTENER, *REGISTRY, *GOSSIP, *MSGSTORE])

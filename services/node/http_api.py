@@ -1,6 +1,6 @@
 """The node's HTTP endpoints: ``/health``, ``/status``, ``/metrics`` and the admin API.
 
-Served by the supervisor from a thread (stdlib ``ThreadingHTTPServer``): it is low
+Served from a thread of ``ternmq start`` (stdlib ``ThreadingHTTPServer``): it is low
 traffic, must keep answering while the services restart, and gathers its answers from
 the services' Admin RPCs with synchronous gRPC calls and short deadlines — a service
 that does not answer shows up as not ready, it does not hang the endpoint.
@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import grpc
@@ -26,6 +27,8 @@ import grpc
 from services.common.config import Config
 from services.common.grpcutil import CHANNEL_OPTIONS, samples_from_pb, service_address
 from services.common.metrics import SampleValue, render_prometheus
+from services.common.supervisor import ChildStatus
+from services.listener.config import tcp_listeners
 from services.listener.routing.topics import topic_matches
 from services.pb import (
     common_pb2,
@@ -36,10 +39,10 @@ from services.pb import (
     registry_pb2_grpc,
 )
 
-if TYPE_CHECKING:
-    from services.common.supervisor import Supervisor
-
 _RPC_TIMEOUT = 2.0
+
+# The node's child processes by service name, as the supervisor sees them now.
+ChildrenStatus = Callable[[], dict[str, ChildStatus]]
 
 
 class NodeClient:
@@ -130,9 +133,13 @@ class NodeClient:
 
 
 class HttpApi:
-    def __init__(self, config: Config, supervisor: Supervisor) -> None:
+    """The endpoints, given the node's configuration, the status of its child processes
+    (``children``, asked anew on each request) and when the node started."""
+
+    def __init__(self, config: Config, children: ChildrenStatus, started_at: float) -> None:
         self.config = config
-        self.supervisor = supervisor
+        self.children = children
+        self.started_at = started_at
         self.client = NodeClient(config)
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
@@ -204,7 +211,7 @@ class HttpApi:
 
     # -- endpoints -------------------------------------------------------------------
     def _ready(self) -> tuple[bool, dict[str, Any]]:
-        children = self.supervisor.status()
+        children = self.children()
         services = {name: self.client.status(name) for name in children}
         ok = all(c["running"] for c in children.values()) and all(
             s.get("ready") for s in services.values()
@@ -224,14 +231,14 @@ class HttpApi:
         return HTTPStatus.OK, {
             "node": self.config["nodename"],
             "ready": ok,
-            "uptime_s": round(time.time() - self.supervisor.started_at, 1),
-            "children": self.supervisor.status(),
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "children": self.children(),
             "services": services,
         }
 
     def metrics(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         samples = self.client.samples()
-        for name, child in self.supervisor.status().items():
+        for name, child in self.children().items():
             samples.append(
                 SampleValue(
                     "ternmq_service_restarts_total",
@@ -271,8 +278,6 @@ class HttpApi:
         return HTTPStatus.OK, self.client.retained(topic, payload)
 
     def listener_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
-        from services.listener.config import tcp_listeners
-
         running = self.client.status("listener").get("accepting", False)
         return HTTPStatus.OK, [
             {

@@ -1,0 +1,80 @@
+"""``ternmq start``: the node's four services as supervised child processes.
+
+Children start in dependency order (msgstore, gossip, registry, listener), so each finds
+the services it calls already there, and stop in reverse (the listener first: nothing it
+still writes finds the store gone). Each is given the node's effective configuration,
+written to ``data_dir/run/node.conf`` (the file plus any ``--set`` overrides), so a
+child started alone with that file behaves the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import uvloop
+
+from services.common import log
+from services.common.config import Config
+from services.common.service import setup_logging
+from services.common.supervisor import ChildSpec, RestartPolicy, Supervisor
+from services.node.http_api import HttpApi
+
+SERVICES = ("msgstore", "gossip", "registry", "listener")
+
+
+def write_node_conf(config: Config) -> Path:
+    run_dir = Path(config["data_dir"]) / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "node.conf"
+    path.write_text("\n".join(config.to_lines()) + "\n", encoding="utf-8")
+    return path
+
+
+def children(conf_path: Path) -> list[ChildSpec]:
+    return [
+        ChildSpec(name, (sys.executable, "-m", f"services.{name}", "--config", str(conf_path)))
+        for name in SERVICES
+    ]
+
+
+def restart_policy(config: Config) -> RestartPolicy:
+    return RestartPolicy(
+        max_restarts=config["supervisor.max_restarts"],
+        restart_window=config["supervisor.restart_window"],
+        shutdown_timeout=config["supervisor.shutdown_timeout"],
+    )
+
+
+def start_node(config: Config) -> int:
+    """Run a node in the foreground until SIGTERM/SIGINT; return the exit status."""
+    setup_logging("node", config)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        sup = Supervisor(children(write_node_conf(config)), restart_policy(config))
+        api = HttpApi(config, sup.status, sup.started_at)
+        api.start()
+        log.emit("service.started", address=str(config["listener.http.default"]), pid=os.getpid())
+        try:
+            return await sup.run(stop)
+        finally:
+            api.stop()
+
+    try:
+        code = uvloop.run(main())
+    except OSError as exc:
+        print(f"ternmq: {exc}", file=sys.stderr)
+        code = 1
+    log.emit(
+        "service.stopping",
+        reason="stopped",
+    )
+    log.shutdown()
+    return code
