@@ -24,7 +24,7 @@ _US: Final = 1_000_000
 
 
 def message_to_pb(msg: Message, node: str) -> common_pb2.MqttMessage:
-    # Field by field and only what is set: a third cheaper than keyword arguments (once
+    # Field by field and only what is set: cheaper than keyword arguments (once
     # per publish to a persistent session). Zero values are not on the wire either way.
     props = msg.properties
     pb = common_pb2.MqttMessage()
@@ -194,8 +194,8 @@ def message_bytes(msg: Message, node: str) -> bytes:
 
 
 def message_field(msg: Message, node: str) -> bytes:
-    """``MqttMessage`` as field 1 of ``Delivery`` (once per publish to a persistent
-    session: 1.9 µs on session 7's machine, 3.5 through the generated class)."""
+    """``MqttMessage`` as field 1 of ``Delivery``, once per publish to a persistent
+    session; written by hand because, compiled, that is cheaper than the generated class."""
     parts = _message_parts(msg, node, [b"\x0a", b""])
     size = 0
     for part in parts:

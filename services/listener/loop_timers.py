@@ -1,7 +1,7 @@
 """All connections' session timers on one event-loop timer.
 
 Idle connections each need a keepalive timer that almost never fires; a loop timer per
-connection costs ~800 bytes and a libuv handle each. Instead every connection's timers
+connection would cost a libuv handle and its memory each. Instead every connection's timers
 live in one :class:`~services.listener.session.timers.TimerHeap` per event loop, and one
 loop timer is armed for its earliest entry. Due timers are handed back to their owner's
 ``timer_fired``; one owner's failure goes to the loop's exception handler and never

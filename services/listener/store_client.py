@@ -4,11 +4,9 @@ Every append, ack and mark the listener makes goes into the *open* batch. The re
 side of the stream (``_requests``) ships the open batch as soon as fewer than
 ``max_inflight`` batches are unanswered, so under load batches grow by themselves while
 the store commits the previous one and at low load a write leaves at once. One batch in
-flight is the default: a stream message costs each side some 0.3 ms of CPU however much
-it carries (``bench/rpc_cost.py``), and a second batch in flight mostly splits the next
-commit in two. At a fixed 10,000 msg/s of persistent QoS 1, one in flight against two
-cost the listener 71-74 µs per message instead of 75-81 and the store 30-34 instead of
-36-44, with commits of ~380 messages instead of ~245 at full load.
+flight is the default: a stream message costs each side the same CPU however much it
+carries (``bench/rpc_cost.py`` measures it), and a second batch in flight mostly splits
+the next group commit in two: smaller commits, more CPU per message on both sides.
 
 Results come back in batch order; each append's callback is called with its result in
 that order, which is what keeps deliveries to a persistent session in sequence order.

@@ -34,7 +34,8 @@ from argon2 import PasswordHasher, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError
 
 DEFAULT_HASHER = PasswordHasher()
-"""argon2-cffi's defaults (RFC 9106 low-memory profile, ~50 ms on an idle core)."""
+"""argon2-cffi's defaults (RFC 9106 low-memory profile): slow by design, so the listener
+checks passwords off its event loop (``preauth``)."""
 
 _SHA512_LEN = 64
 

@@ -1,7 +1,8 @@
 """What the session state machine asks its host (the listener server) to do, as data.
 
 The session never touches a socket, a clock or an RPC: each ``handle_*`` call returns a
-list of these actions, executed in order by ``services.listener.server``. Several
+list of these actions, executed in order by the listener's action executor
+(``services.listener.executor``). Several
 actions come back to the session as a ``handle_*`` call once the host has done the work
 (a round trip): ``Register`` -> ``handle_registered``, ``Route`` (QoS >= 1) ->
 ``handle_routed``, ``SubscribeRequest`` -> ``handle_subscribed``,
@@ -18,7 +19,7 @@ Worked example, a QoS 1 publish from a connected client::
 Actions are immutable by convention. The ones made for every message (``Send``,
 ``SendPublish``, ``Route``, ``Acked``) or connection (``Register``, ``SetTimer``,
 ``CancelTimer``, ``Ended``) are not ``frozen``: a frozen dataclass sets each field through
-``object.__setattr__``, which cost ~3 µs per message on the hot path. Their ``__init__`` is
+``object.__setattr__``, a cost paid for every message on the hot path. Their ``__init__`` is
 written out, as the packets' are (see ``mqtt.types``).
 """
 

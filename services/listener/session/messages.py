@@ -8,13 +8,13 @@ Both are values, immutable by convention: nothing assigns to a field after
 construction (a changed copy is made with ``dataclasses.replace``), so one ``Message``
 is shared by every subscriber's ``OutboundMessage`` and by the retained store. They are
 not ``frozen=True`` because a frozen dataclass builds itself through
-``object.__setattr__`` per field, which made construction about four times slower on
+``object.__setattr__`` per field, which makes construction several times dearer on
 the path that creates two or three of them per message and subscriber; and they are
 not hashable (no code puts them in a set or uses them as a key).
 
 Their ``__init__`` is written out (``init=False``), as that of every dataclass made per
 message (packets, actions): in the compiled build (setup.py) the one ``dataclasses``
-generates stays interpreted, ~1 µs per object against ~0.1 µs.
+generates stays interpreted, an order of magnitude dearer than a compiled one.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """All the session timers of a process in one heap, so the host needs one loop timer.
 
 Theory of operation. Every connection holds a keepalive timer that almost never fires;
-an event-loop timer per connection costs ~700 bytes in uvloop (handle, libuv timer,
-bound callback, arguments). ``TimerHeap`` keeps every deadline in one binary heap of
+an event-loop timer per connection costs a uvloop handle, a libuv timer, a bound callback
+and its arguments. ``TimerHeap`` keeps every deadline in one binary heap of
 ``(at, seq, timer)`` entries instead: the host arms a single loop timer for
 ``next_at()`` and calls ``pop_due(now)`` when it fires. Sans-IO: no clock is read,
 ``now`` is passed in.
