@@ -107,10 +107,9 @@ class Countdown:
     Lighter than ``asyncio.gather``: one counter, no future per write (a future and its
     callback per append cost more than the routing around it). ``left`` counts the writes
     still out; ``arm`` is called once routing has issued them all, so the answer leaves
-    when both happened,
-    whichever comes last. Any failed write — an exception, or an append the store
-    refused for lack of space or a stale epoch — makes the answer 0x80, so the
-    publisher is never acknowledged for a message that is not on disk (I1).
+    when both happened, whichever comes last. Any failed write — an exception, or an
+    append the store refused for lack of space or a stale epoch — makes the answer 0x80,
+    so the publisher is never acknowledged for a message that is not on disk (I1).
     """
 
     __slots__ = ("broker", "code", "conn", "failure", "left", "token")
