@@ -35,11 +35,12 @@ from mypy_extensions import mypyc_attr
 from services.common import log
 from services.common.grpcutil import rpc_failed, rpc_failed_as
 from services.common.metrics import Registry
+from services.common.session_key import SessionKey as SubscriberId
 from services.listener import convert
 from services.listener.durable import Countdown, Queued
 from services.listener.mqtt.types import ReasonCode, Will
 from services.listener.registry_client import RegistryClient, RegistryUnavailable
-from services.listener.routing.model import SubOptions, SubscriberId
+from services.listener.routing.model import SubOptions
 from services.listener.routing.retained import RetainedStore
 from services.listener.routing.shared import SharedPicker, SharedPolicy
 from services.listener.routing.trie import SubscriptionTrie

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
+from services.common.session_key import SessionKey as SubscriberId
 from services.listener.mqtt.types import ReasonCode
-from services.listener.routing.model import SubscriberId
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.store_client import UNAVAILABLE
 from services.pb import msgstore_pb2

@@ -9,10 +9,9 @@ common case of a subscriber hit by exactly one filter then costs no allocation a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple
 
-SubscriberId: TypeAlias = tuple[str, str]
-"""``(mountpoint, client_id)``: a session's key, as in VerneMQ's ``{MountPoint, ClientId}``."""
+from services.common.session_key import SessionKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +52,7 @@ class Match:
     place the flag has meaning.
     """
 
-    sid: SubscriberId
+    sid: SessionKey
     qos: int
     node: str
     retain_as_published: bool
@@ -62,7 +61,7 @@ class Match:
 
     def __init__(
         self,
-        sid: SubscriberId,
+        sid: SessionKey,
         qos: int,
         node: str,
         retain_as_published: bool,
@@ -80,7 +79,7 @@ class Match:
 class SharedMember(NamedTuple):
     """One member of a shared subscription group."""
 
-    sid: SubscriberId
+    sid: SessionKey
     opts: SubOptions
 
 
