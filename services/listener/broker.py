@@ -424,10 +424,13 @@ class Broker:
             fut.add_done_callback(_log_put_failure)
 
     # -- subscriptions ---------------------------------------------------------------
-    async def subscribe(self, conn: Connection, req: SubscribeRequest) -> None:
+    # A (UN)SUBSCRIBE changes routing when it is read: a publish handled after it reaches
+    # (or no longer reaches) the session, before the answer, as 3.8.4 allows and
+    # [MQTT-3.10.4-2] requires. The answer waits for the gossip write, started at once
+    # with the subscriptions as they are now (``_put_subs``).
+    def subscribe(self, conn: Connection, req: SubscribeRequest) -> None:
         sid = conn.sid
         assert sid is not None
-        codes: list[int] = []
         fresh: list[bool] = []
         for sub in req.subscriptions:
             opts = SubOptions(
@@ -439,8 +442,18 @@ class Broker:
                 self.node,
             )
             fresh.append(self.trie.add(sid, sub.topic_filter, opts))
-            codes.append(sub.qos)
-        if not await self._put_subs(sid):
+        self.spawn(self._answer_subscribe(conn, sid, req, fresh, self._put_subs(sid)), "subscribe")
+
+    async def _answer_subscribe(
+        self,
+        conn: Connection,
+        sid: SubscriberId,
+        req: SubscribeRequest,
+        fresh: list[bool],
+        written: Awaitable[bool],
+    ) -> None:
+        codes: list[int] = [sub.qos for sub in req.subscriptions]
+        if not await written:
             codes = [ReasonCode.UNSPECIFIED_ERROR] * len(codes)
         conn.subscribed(req.packet_id, codes)
         if codes and codes[0] >= 0x80:
@@ -455,18 +468,27 @@ class Broker:
                 qos = sub.qos if self.upgrade_qos else min(msg.qos, sub.qos)
                 conn.deliver(OutboundMessage(msg, qos, True, sub_ids))
 
-    async def unsubscribe(self, conn: Connection, req: UnsubscribeRequest) -> None:
+    def unsubscribe(self, conn: Connection, req: UnsubscribeRequest) -> None:
         sid = conn.sid
         assert sid is not None
-        codes = [
+        codes: list[int] = [
             ReasonCode.SUCCESS if self.trie.remove(sid, f) else ReasonCode.NO_SUBSCRIPTION_EXISTED
             for f in req.topic_filters
         ]
-        if not await self._put_subs(sid):
+        self.spawn(self._answer_unsubscribe(conn, req, codes, self._put_subs(sid)), "unsubscribe")
+
+    async def _answer_unsubscribe(
+        self, conn: Connection, req: UnsubscribeRequest, codes: list[int], written: Awaitable[bool]
+    ) -> None:
+        if not await written:
             codes = [ReasonCode.UNSPECIFIED_ERROR] * len(codes)
         conn.unsubscribed(req.packet_id, codes)
 
-    async def _put_subs(self, sid: SubscriberId) -> bool:
+    def _put_subs(self, sid: SubscriberId) -> Awaitable[bool]:
+        """Write ``sid``'s subscriptions as they are now to gossip; True once written.
+
+        The write is registered at once (``_subs_writes``, ``_subscribed``), so a session
+        that ends right after its SUBSCRIBE reports its end only after the write."""
         subs = self.trie.subscriptions_of(sid)
         key = convert.meta_key(*sid)
         op = (
@@ -478,6 +500,15 @@ class Broker:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         writes = self._subs_writes.setdefault(sid, [])
         writes.append(done)
+        return self._put(sid, op, done, writes)
+
+    async def _put(
+        self,
+        sid: SubscriberId,
+        op: gossip_pb2.MetaOp,
+        done: asyncio.Future[None],
+        writes: list[asyncio.Future[None]],
+    ) -> bool:
         try:
             await self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=10)
         except grpc.aio.AioRpcError as exc:

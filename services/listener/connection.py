@@ -656,10 +656,10 @@ class Connection:
         self.broker.route(msg, self, action.token)
 
     def _subscribe(self, action: SubscribeRequest) -> None:
-        self.broker.spawn(self.broker.subscribe(self, action), "subscribe")
+        self.broker.subscribe(self, action)
 
     def _unsubscribe(self, action: UnsubscribeRequest) -> None:
-        self.broker.spawn(self.broker.unsubscribe(self, action), "unsubscribe")
+        self.broker.unsubscribe(self, action)
 
     def _acked(self, action: Acked) -> None:
         out = action.delivery
