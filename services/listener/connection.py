@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
 _BUDGET: Final = 200  # packets handled per connection per event-loop turn
 FLOW_MAX_HOLD: Final = 1.0  # s: a subscriber that does not drain in this time holds nobody back
+LINGER: Final = 2.0  # s: at most this long a closing connection's input is read and dropped
 
 # The per-message events, compiled once (fields in catalogue order, see log.emitter).
 _log_published: Final = log.emitter("message.published")
@@ -113,6 +114,7 @@ class Connection:
         "_flush_scheduled",
         "_held",
         "_held_error",
+        "_linger",
         "_loop",
         "_preauth",
         "_proxy",
@@ -182,6 +184,7 @@ class Connection:
         self._flow_waiters: set[Connection] | None = None  # publishers waiting for us
         self._flow_timer: asyncio.TimerHandle | None = None  # when we stop holding them
         self._flow_slow = False  # did not drain in FLOW_MAX_HOLD: holds nobody back
+        self._linger: asyncio.TimerHandle | None = None  # ends a half-closed socket (_close)
         self.appending = 0  # queue appends for this session the store has not answered yet
         # bytes of a PROXY header still being read (listener.tcp.proxy_protocol), else None
         self._proxy: bytes | None = b"" if listener.proxy_protocol else None
@@ -436,6 +439,9 @@ class Connection:
         return False  # close the transport; connection_lost does the rest
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self.session is None:  # refused in connection_made: nothing was counted
             return
         if self.gate is not None:
@@ -583,8 +589,8 @@ class Connection:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._wbuf or self.transport is None or self._barrier is not None:
-            return
+        if not self._wbuf or self.transport is None or self._barrier is not None or self.closed:
+            return  # closed: nothing goes out after the DISCONNECT [MQTT-3.14.4-1]
         if self._delivered_hi > self._delivered_sent and self.sid is not None:
             self._delivered_sent = self._delivered_hi
             self.broker.store.delivered(self.sid[0], self.sid[1], self.epoch, self._delivered_hi)
@@ -623,8 +629,8 @@ class Connection:
     def _close(self, action: Close) -> None:
         if self.closed:
             return
-        self.closed = True
         self._flush()
+        self.closed = True
         if self.sid is not None and self.epoch:
             _log_disconnected(
                 client_id=self.sid[1],
@@ -634,8 +640,30 @@ class Connection:
                 reason_code=action.reason_code,
                 duration_s=round(time.time() - self._connected_at, 3),
             )
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None:
+            return
+        if action.reason_code >= 0x80 and transport.can_write_eof() and not transport.is_closing():
+            self._half_close(transport)
+        else:
+            transport.close()
+
+    def _half_close(self, transport: asyncio.Transport) -> None:
+        """End a connection the server closes with a reason code (DISCONNECT, refusing
+        CONNACK, or nothing for 3.1.1) without a reset: send the FIN after what is
+        written, then read and drop (``data_received`` ignores input once closed) until
+        the client closes its side (``eof_received``) or ``LINGER`` passes (abort).
+        Closed with the client's bytes unread, the socket would answer them with a
+        reset, and a client still sending would lose the reason code. The session ends
+        now, not with the socket: a ``fail`` left it open, as the peer's close would."""
+        transport.write_eof()
+        transport.resume_reading()
+        self._linger = self._loop.call_later(LINGER, transport.abort)
+        if self._flow_waiters is not None:
+            self._release_flow()  # nobody waits for a connection that is closing
+        session = self.session
+        if session is not None and session.state is not SessionState.CLOSED:
+            self.execute(session.handle_connection_lost(time.time()))
 
     def _register(self, action: Register) -> None:
         self.sid = (action.mountpoint, action.client_id)
