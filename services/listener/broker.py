@@ -459,14 +459,17 @@ class Broker:
         if codes and codes[0] >= 0x80:
             return
         sub_ids = (req.sub_id,) if req.sub_id else ()
+        wanted: list[tuple[str, int]] = []
         for sub, is_new in zip(req.subscriptions, fresh, strict=True):
             if sub.topic_filter.startswith("$share/"):
                 continue  # [MQTT-3.8.4-? v5]: no retained messages for shared subscriptions
             if sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
                 continue
-            for _topic, msg in self.retained.match(sid[0], sub.topic_filter):
-                qos = sub.qos if self.upgrade_qos else min(msg.qos, sub.qos)
-                conn.deliver(OutboundMessage(msg, qos, True, sub_ids))
+            wanted.append((sub.topic_filter, sub.qos))
+        # one copy of each, at the highest QoS of the packet's filters that match it
+        for _topic, msg, sub_qos in self.retained.match_many(sid[0], wanted):
+            qos = sub_qos if self.upgrade_qos else min(msg.qos, sub_qos)
+            conn.deliver(OutboundMessage(msg, qos, True, sub_ids))
 
     def unsubscribe(self, conn: Connection, req: UnsubscribeRequest) -> None:
         sid = conn.sid
