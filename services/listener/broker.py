@@ -246,23 +246,31 @@ class Broker:
             )
             for sub in req.subscriptions
         ]
-        self.spawn(self._subscribed(client, key, req, fresh), "subscribe")
+        written = self.meta.put_subscriptions(key, self.router.trie.subscriptions_of(key))
+        self.spawn(self._subscribed(client, key, req, fresh, written), "subscribe")
 
     async def _subscribed(
-        self, client: ClientPort, key: SessionKey, req: SubscribeRequest, fresh: list[bool]
+        self,
+        client: ClientPort,
+        key: SessionKey,
+        req: SubscribeRequest,
+        fresh: list[bool],
+        written: Awaitable[bool],
     ) -> None:
         codes: list[int] = [sub.qos for sub in req.subscriptions]
-        if not await self.meta.put_subscriptions(key, self.router.trie.subscriptions_of(key)):
+        if not await written:
             codes = [_UNSPECIFIED] * len(codes)
         client.subscribed(req.packet_id, codes)
         if codes and codes[0] >= 0x80:
             return
         sub_ids = (req.sub_id,) if req.sub_id else ()
-        for sub, is_new in zip(req.subscriptions, fresh, strict=True):
-            if sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
-                continue
-            for out in self.router.retained_for(key, sub.topic_filter, sub.qos, sub_ids):
-                client.deliver(out)
+        wanted = [
+            (sub.topic_filter, sub.qos)
+            for sub, is_new in zip(req.subscriptions, fresh, strict=True)
+            if sub.retain_handling == 0 or (sub.retain_handling == 1 and is_new)
+        ]
+        for out in self.router.retained_for(key, wanted, sub_ids):
+            client.deliver(out)
 
     def unsubscribe(self, client: ClientPort, req: UnsubscribeRequest) -> None:
         """Routing stops at once; UNSUBACK after the gossip write."""
@@ -274,12 +282,13 @@ class Broker:
             else ReasonCode.NO_SUBSCRIPTION_EXISTED
             for f in req.topic_filters
         ]
-        self.spawn(self._unsubscribed(client, key, req.packet_id, codes), "unsubscribe")
+        written = self.meta.put_subscriptions(key, self.router.trie.subscriptions_of(key))
+        self.spawn(self._unsubscribed(client, req.packet_id, codes, written), "unsubscribe")
 
     async def _unsubscribed(
-        self, client: ClientPort, key: SessionKey, packet_id: int, codes: list[int]
+        self, client: ClientPort, packet_id: int, codes: list[int], written: Awaitable[bool]
     ) -> None:
-        if not await self.meta.put_subscriptions(key, self.router.trie.subscriptions_of(key)):
+        if not await written:
             codes = [_UNSPECIFIED] * len(codes)
         client.unsubscribed(packet_id, codes)
 

@@ -42,6 +42,7 @@ from services.listener.session.core import Session, SessionState
 from services.listener.session.limits import SessionLimits
 
 _BUDGET: Final = 200  # packets handled per connection per event-loop turn
+LINGER: Final = 2.0  # s: at most this long a closing connection's input is read and dropped
 
 
 class Connection(ActionExecutor):
@@ -53,6 +54,7 @@ class Connection(ActionExecutor):
         "_backlog_error",
         "_held",
         "_held_error",
+        "_linger",
         "_max_pending",
         "_preauth",
         "_proxy",
@@ -87,6 +89,7 @@ class Connection(ActionExecutor):
         self._backlog: list[Packet] | None = None  # decoded, not yet handled (see _work)
         self._backlog_error: MQTTError | None = None
         self.flow: flow.FlowState | None = None
+        self._linger: asyncio.TimerHandle | None = None  # ends a half-closed socket
         # a PROXY header still being read (listener.tcp.proxy_protocol), else None
         self._proxy: ProxyReader | None = ProxyReader() if listener.proxy_protocol else None
 
@@ -277,10 +280,29 @@ class Connection(ActionExecutor):
             self.transport.resume_reading()
 
     # -- the end -------------------------------------------------------------------
+    def _half_close(self, transport: asyncio.Transport) -> None:
+        """End a connection the server closes with a reason code (DISCONNECT, a refusing
+        CONNACK, or nothing for 3.1.1) without a reset: send the FIN after what is
+        written, then read and drop (``data_received`` ignores input once closed) until
+        the client closes its side (``eof_received``) or ``LINGER`` passes (abort).
+        Closed with the client's bytes unread, the socket would answer them with a reset,
+        and a client still sending would lose the reason code. The session ends now, not
+        with the socket, as the peer's close would end it."""
+        transport.write_eof()
+        transport.resume_reading()
+        self._linger = self._loop.call_later(LINGER, transport.abort)
+        flow.release(self)  # nobody waits for a connection that is closing
+        session = self.session
+        if session is not None and session.state is not SessionState.CLOSED:
+            self.execute(session.handle_connection_lost(time.time()))
+
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost does the rest
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self.session is None:  # refused in connection_made: nothing was counted
             return
         if self.gate is not None:

@@ -12,10 +12,8 @@ per message. A QoS 2 step (PUBREC/PUBREL state) is written only once it is durab
 *barrier* holds the writes until the store has it, so a crash can never leave the client
 believing a step the broker forgot.
 
-Closing: the server's last word (a DISCONNECT or CONNACK with a reason code) is flushed,
-the socket's write side shut (FIN), and input discarded until the client closes or
-:data:`LINGER` passes. Closing with unread input would make the kernel send RST, and the
-client would lose the reason code.
+Closing with a reason code (a DISCONNECT or a refusing CONNACK): see
+``Connection._half_close``. Nothing is written after it [MQTT-3.14.4-1].
 
 Timers are lazy (``session.timers``) and share one heap and loop timer (``loop_timers``).
 """
@@ -55,8 +53,6 @@ from services.listener.session.actions import (
 from services.listener.session.core import Session, SessionState
 from services.listener.session.messages import OutboundMessage
 from services.listener.session.timers import Timer
-
-LINGER: Final = 2.0  # s: how long a closed connection's input is discarded before close
 
 # The per-message events, compiled once (fields in catalogue order, see log.emitter).
 _log_published: Final = log.emitter("message.published")
@@ -245,8 +241,8 @@ class ActionExecutor:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._wbuf or self.transport is None or self._barrier is not None:
-            return
+        if not self._wbuf or self.transport is None or self._barrier is not None or self.closed:
+            return  # closed: nothing goes out after the DISCONNECT [MQTT-3.14.4-1]
         if self._delivered_hi > self._delivered_sent and self.sid is not None:
             self._delivered_sent = self._delivered_hi
             self.broker.store.delivered(self.sid[0], self.sid[1], self.epoch, self._delivered_hi)
@@ -285,8 +281,8 @@ class ActionExecutor:
     def _close(self, action: Close) -> None:
         if self.closed:
             return
-        self.closed = True
         self._flush()
+        self.closed = True
         if self.sid is not None and self.epoch:
             log_disconnected(
                 client_id=self.sid[1],
@@ -297,13 +293,16 @@ class ActionExecutor:
                 duration_s=round(time.time() - self._connected_at, 3),
             )
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None:
             return
-        if self.session is not None and transport.can_write_eof() and not self._barrier:
-            transport.write_eof()  # after what is buffered: our last word arrives whole
-            self._loop.call_later(LINGER, transport.close)
+        if action.reason_code >= 0x80 and transport.can_write_eof() and not transport.is_closing():
+            self._half_close(transport)
         else:
             transport.close()
+
+    def _half_close(self, transport: asyncio.Transport) -> None:
+        """End the connection without a reset: the reading half's part (``Connection``)."""
+        raise NotImplementedError
 
     def _register(self, action: Register) -> None:
         self.sid = (action.mountpoint, action.client_id)

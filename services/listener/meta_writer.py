@@ -40,8 +40,12 @@ class MetaWriter:
         self.subscribed: set[SessionKey] = set()
         self.pending: dict[SessionKey, list[asyncio.Future[None]]] = {}
 
-    async def put_subscriptions(self, key: SessionKey, subs: dict[str, SubOptions]) -> bool:
-        """Write ``key``'s whole subscription set (deleted when empty); False on failure."""
+    def put_subscriptions(self, key: SessionKey, subs: dict[str, SubOptions]) -> Awaitable[bool]:
+        """Write ``key``'s whole subscription set (deleted when empty); False on failure.
+
+        The write is registered now (``pending``, ``subscribed``), not when the returned
+        coroutine first runs, so a session that ends right after its SUBSCRIBE reports its
+        end only after the write."""
         meta_key = convert.meta_key(*key)
         op = (
             gossip_pb2.MetaOp(
@@ -54,6 +58,15 @@ class MetaWriter:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         writes = self.pending.setdefault(key, [])
         writes.append(done)
+        return self._put(key, op, done, writes)
+
+    async def _put(
+        self,
+        key: SessionKey,
+        op: gossip_pb2.MetaOp,
+        done: asyncio.Future[None],
+        writes: list[asyncio.Future[None]],
+    ) -> bool:
         try:
             await self.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=PUT_TIMEOUT)
         except grpc.aio.AioRpcError as exc:

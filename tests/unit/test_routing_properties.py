@@ -15,10 +15,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.common.session_key import SessionKey
 from services.listener.routing import (
     RetainedStore,
     SubOptions,
-    SubscriberId,
     SubscriptionTrie,
     split_shared,
     topic_matches,
@@ -63,7 +63,7 @@ opts = st.builds(
 
 @dataclass(frozen=True)
 class Add:
-    sid: SubscriberId
+    sid: SessionKey
     filter: str
     opts: SubOptions
 
@@ -75,7 +75,7 @@ class Remove:
 
 @dataclass(frozen=True)
 class RemoveAll:
-    sid: SubscriberId
+    sid: SessionKey
 
 
 groups = st.sampled_from([None, None, None, "g", "h"])
@@ -92,7 +92,7 @@ remove_alls = st.builds(RemoveAll, sids)
 op = st.sampled_from([adds] * 6 + [removes] * 2 + [remove_alls]).flatmap(lambda s: s)
 ops = st.lists(op, min_size=6, max_size=40)
 
-Model = dict[tuple[SubscriberId, str], SubOptions]
+Model = dict[tuple[SessionKey, str], SubOptions]
 
 
 def apply(trie: SubscriptionTrie, model: Model, op: Add | Remove | RemoveAll) -> None:
@@ -113,10 +113,10 @@ def apply(trie: SubscriptionTrie, model: Model, op: Add | Remove | RemoveAll) ->
 
 
 def expected_match(
-    model: Model, mountpoint: str, topic: str, publisher: SubscriberId | None
-) -> tuple[dict[SubscriberId, tuple[int, frozenset[int], bool, frozenset[str]]], set[object]]:
-    normal: dict[SubscriberId, tuple[int, frozenset[int], bool, frozenset[str]]] = {}
-    shared: dict[tuple[str, str], set[tuple[SubscriberId, SubOptions]]] = {}
+    model: Model, mountpoint: str, topic: str, publisher: SessionKey | None
+) -> tuple[dict[SessionKey, tuple[int, frozenset[int], bool, frozenset[str]]], set[object]]:
+    normal: dict[SessionKey, tuple[int, frozenset[int], bool, frozenset[str]]] = {}
+    shared: dict[tuple[str, str], set[tuple[SessionKey, SubOptions]]] = {}
     for (sid, full), o in model.items():
         group, f = split_shared(full)
         if sid[0] != mountpoint or not ref_match(f, topic):
@@ -176,7 +176,7 @@ def test_trie_matches_brute_force(
         targets = data.draw(st.lists(st.sampled_from(live), max_size=4))
         published = published + [instantiate(f, data) for _, f in targets]
     # often a subscriber publishes, so No Local matters
-    subscribers: list[SubscriberId | None] = [sid for sid, _ in live]
+    subscribers: list[SessionKey | None] = [sid for sid, _ in live]
     publisher = data.draw(st.one_of(st.none(), sids, st.sampled_from(subscribers or [None])))
     for mountpoint in ("", "m"):
         for topic in published:

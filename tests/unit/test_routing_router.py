@@ -155,14 +155,17 @@ def test_retained_for_a_new_subscription_but_not_a_shared_one() -> None:
     r = router()
     r.retain(msg("a/b", qos=2, retain=True))
     r.retain(msg("a/c", qos=0, retain=True))
-    got = r.retained_for(("", "s"), "a/+", 1, (9,))
+    got = r.retained_for(("", "s"), [("a/+", 1)], (9,))
     assert sorted((o.message.topic, o.qos, o.retain, o.sub_ids) for o in got) == [
         ("a/b", 1, True, (9,)),
         ("a/c", 0, True, (9,)),
     ]
-    assert r.retained_for(("", "s"), "$share/g/a/+", 1, ()) == []
+    assert r.retained_for(("", "s"), [("$share/g/a/+", 1)], ()) == []
+    # overlapping filters of one SUBSCRIBE: one copy each, at the highest QoS
+    both = r.retained_for(("", "s"), [("a/b", 0), ("a/+", 2)], ())
+    assert sorted((o.message.topic, o.qos) for o in both) == [("a/b", 2), ("a/c", 0)]
     r.retain(msg("a/b", payload=b"", retain=True))  # an empty payload clears it
-    assert [o.message.topic for o in r.retained_for(("", "s"), "a/+", 1, ())] == ["a/c"]
+    assert [o.message.topic for o in r.retained_for(("", "s"), [("a/+", 1)], ())] == ["a/c"]
 
 
 def test_keep_only_forgets_what_the_replica_lost_but_not_online_sessions() -> None:

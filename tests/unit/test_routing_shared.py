@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
+from services.common.session_key import SessionKey
 from services.listener.routing import (
     SharedGroupMatch,
     SharedMember,
     SharedPicker,
     SharedPolicy,
     SubOptions,
-    SubscriberId,
     SubscriptionTrie,
 )
 
@@ -34,16 +34,16 @@ def group(*members: SharedMember) -> SharedGroupMatch:
     return SharedGroupMatch("g", "t/#", members)
 
 
-def online(*members: SharedMember) -> Callable[[SubscriberId], bool]:
+def online(*members: SharedMember) -> Callable[[SessionKey], bool]:
     sids = {m.sid for m in members}
     return lambda sid: sid in sids
 
 
-def everyone(sid: SubscriberId) -> bool:
+def everyone(sid: SessionKey) -> bool:
     return True
 
 
-def nobody(sid: SubscriberId) -> bool:
+def nobody(sid: SessionKey) -> bool:
     return False
 
 
@@ -52,7 +52,7 @@ def picker(policy: SharedPolicy, seed: int = 1) -> SharedPicker:
 
 
 def picks(
-    p: SharedPicker, g: SharedGroupMatch, is_online: Callable[[SubscriberId], bool], n: int = 400
+    p: SharedPicker, g: SharedGroupMatch, is_online: Callable[[SessionKey], bool], n: int = 400
 ) -> Counter[str]:
     out: Counter[str] = Counter()
     for _ in range(n):
@@ -164,7 +164,7 @@ def test_round_robin_state_dies_with_the_group() -> None:
 def test_exclude_removes_failed_members(policy: SharedPolicy) -> None:
     p = picker(policy)
     g = group(*ALL)
-    tried: set[SubscriberId] = set()
+    tried: set[SessionKey] = set()
     for _ in range(len(ALL)):
         m = p.pick(g, everyone, exclude=tried)
         if m is None:

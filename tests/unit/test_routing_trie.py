@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from services.common.session_key import SessionKey
 from services.listener.routing import (
     Match,
     SharedMember,
     SubOptions,
-    SubscriberId,
     SubscriptionTrie,
     split_shared,
 )
@@ -16,8 +16,8 @@ from services.listener.routing import (
 Q0 = SubOptions(qos=0)
 Q1 = SubOptions(qos=1)
 Q2 = SubOptions(qos=2)
-A: SubscriberId = ("", "a")
-B: SubscriberId = ("", "b")
+A: SessionKey = ("", "a")
+B: SessionKey = ("", "b")
 
 
 def node_count(trie: SubscriptionTrie) -> int:
@@ -135,8 +135,8 @@ def test_remove_all() -> None:
 
 def test_mountpoints_are_separate_namespaces() -> None:
     trie = SubscriptionTrie()
-    m1: SubscriberId = ("m1", "c")
-    m2: SubscriberId = ("m2", "c")
+    m1: SessionKey = ("m1", "c")
+    m2: SessionKey = ("m2", "c")
     trie.add(m1, "#", Q0)
     trie.add(m2, "t", Q0)
     trie.add(A, "t", Q0)
@@ -206,7 +206,7 @@ def test_no_local_skips_only_the_publishers_flagged_subscriptions() -> None:
     # without a publisher nothing is filtered
     assert {m.sid for m in trie.match("", "t/y").normal} == {A, B}
     # a publisher from another mountpoint is someone else
-    other: SubscriberId = ("m", "a")
+    other: SessionKey = ("m", "a")
     assert {m.sid for m in trie.match("", "t/y", publisher=other).normal} == {A, B}
 
 

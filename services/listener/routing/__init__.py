@@ -10,7 +10,6 @@ from services.listener.routing.model import (
     SharedGroupMatch,
     SharedMember,
     SubOptions,
-    SubscriberId,
 )
 from services.listener.routing.retained import RetainedStore
 from services.listener.routing.shared import SharedPicker, SharedPolicy
@@ -28,7 +27,6 @@ __all__ = [
     "SharedPicker",
     "SharedPolicy",
     "SubOptions",
-    "SubscriberId",
     "SubscriptionTrie",
     "split_shared",
     "topic_matches",

@@ -9,10 +9,9 @@ common case of a subscriber hit by exactly one filter then costs no allocation a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple
 
-SubscriberId: TypeAlias = tuple[str, str]
-"""``(mountpoint, client_id)``: a session's key, as in VerneMQ's ``{MountPoint, ClientId}``."""
+from services.common.session_key import SessionKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,24 +35,34 @@ class SubOptions:
 class Match:
     """What one subscriber gets for one published topic, all its matching filters merged.
 
-    MQTT 5 lets the server send a single copy when several of a client's subscriptions
-    overlap [MQTT-3.3.4-2], and then requires the highest QoS of them [MQTT-3.3.4-3] and
-    every one of their Subscription Identifiers [MQTT-3.3.4-5]. Merge rules:
+    When several of a client's subscriptions match, ternmq sends one copy, which MQTT 5
+    allows [MQTT-3.3.4-2]; that copy stands for every one of them (extra copies, one per
+    subscription [MQTT-3.3.4-5], would cost a write each and make clients deduplicate).
+    Merge rules:
 
-    - ``qos``: the maximum (the caller still caps it at the publish QoS);
-    - ``sub_ids``: every distinct identifier, in no particular order (empty if none);
-    - ``retain_as_published``: true if any matching subscription asked for it, so a client
-      that wants the original RETAIN flag on one of its filters sees it;
+    - ``qos``: the maximum [MQTT-3.3.4-2] (the caller still caps it at the publish QoS);
+    - ``sub_ids``: the identifier of every matching subscription that has one
+      [MQTT-3.3.4-3] [MQTT-3.3.4-4], each value once, in no particular order (empty if
+      none);
+    - ``retain_as_published``: true if any matching subscription asked for it. A single
+      copy cannot obey both [MQTT-3.3.1-12] (clear RETAIN) and [MQTT-3.3.1-13] (keep
+      it) when the client's subscriptions disagree, so the opt-in wins: a client that
+      asked for the original flag on a filter (a bridge re-retaining what it forwards)
+      would lose information without it, while the RETAIN it then also sees through a
+      filter without the option is true (the message was published retained). Without
+      RETAIN on the publish there is nothing to decide: the copy has RETAIN 0;
     - ``node``: all of a subscriber's subscriptions name the node of its single session;
       if they disagree (a migration half-applied) the first matching one wins;
     - ``filters``: every matching filter, for tracing and ACL re-checks.
 
     No Local is not merged: ``SubscriptionTrie.match(..., publisher=)`` drops the
-    publisher's own No Local subscriptions before merging [MQTT-3.8.3-3], which is the only
-    place the flag has meaning.
+    publisher's own No Local subscriptions before merging [MQTT-3.8.3-3], so the copy a
+    client gets of its own message has the QoS, identifiers and Retain As Published of
+    its other matching subscriptions only. Shared subscriptions are not merged either:
+    each is its own delivery (``MatchResult``).
     """
 
-    sid: SubscriberId
+    sid: SessionKey
     qos: int
     node: str
     retain_as_published: bool
@@ -62,7 +71,7 @@ class Match:
 
     def __init__(
         self,
-        sid: SubscriberId,
+        sid: SessionKey,
         qos: int,
         node: str,
         retain_as_published: bool,
@@ -80,7 +89,7 @@ class Match:
 class SharedMember(NamedTuple):
     """One member of a shared subscription group."""
 
-    sid: SubscriberId
+    sid: SessionKey
     opts: SubOptions
 
 

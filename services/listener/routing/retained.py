@@ -19,7 +19,7 @@ retained message [MQTT-3.3.1-6] is the caller's (``clear``). Inputs are assumed 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -160,3 +160,21 @@ class RetainedStore(Generic[T]):
         if root is not None:
             _collect(root, topic_filter.split("/"), 0, out)
         return out
+
+    def match_many(
+        self, mountpoint: str, filters: Iterable[tuple[str, int]]
+    ) -> list[tuple[str, T, int]]:
+        """``(topic, message, qos)`` of every retained message any of ``filters`` (each a
+        ``(filter, qos)``) matches, once, with the highest ``qos`` of those that match it.
+
+        For one SUBSCRIBE naming overlapping filters: each retained message is sent once,
+        as one copy stands for every matching subscription of a live publish
+        [MQTT-3.3.4-2]. Messages come in the order the filters find them first.
+        """
+        best: dict[str, tuple[T, int]] = {}
+        for topic_filter, qos in filters:
+            for topic, msg in self.match(mountpoint, topic_filter):
+                prev = best.get(topic)
+                if prev is None or qos > prev[1]:
+                    best[topic] = (msg, qos)
+        return [(topic, msg, qos) for topic, (msg, qos) in best.items()]

@@ -139,13 +139,15 @@ class Router(Generic[T]):
             self.retained.clear(msg.mountpoint, msg.topic)
 
     def retained_for(
-        self, key: SessionKey, topic_filter: str, qos: int, sub_ids: tuple[int, ...]
+        self, key: SessionKey, filters: Iterable[tuple[str, int]], sub_ids: tuple[int, ...]
     ) -> list[OutboundMessage]:
-        """The retained messages a new subscription receives (retain flag set)."""
-        if split_shared(topic_filter)[0] is not None:
-            return []  # [MQTT-3.8.4 v5]: none for shared subscriptions
+        """The retained messages one SUBSCRIBE's ``(filter, qos)`` pairs receive (retain
+        flag set): each once, at the highest QoS of its matching filters, as one copy
+        stands for every matching subscription [MQTT-3.3.4-2]; none for shared filters
+        [MQTT-3.8.4 v5]."""
+        plain = [(f, q) for f, q in filters if split_shared(f)[0] is None]
         out = []
-        for _topic, msg in self.retained.match(key[0], topic_filter):
+        for _topic, msg, qos in self.retained.match_many(key[0], plain):
             q = qos if self.upgrade_qos else min(msg.qos, qos)
             out.append(OutboundMessage(msg, q, True, sub_ids))
         return out

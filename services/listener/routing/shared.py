@@ -36,11 +36,11 @@ import random
 from collections.abc import Callable, Collection, Sequence
 from enum import StrEnum
 
+from services.common.session_key import SessionKey
 from services.listener.routing.model import (
     GroupToken,
     SharedGroupMatch,
     SharedMember,
-    SubscriberId,
 )
 
 
@@ -70,8 +70,8 @@ class SharedPicker:
     def pick(
         self,
         group: SharedGroupMatch,
-        is_online: Callable[[SubscriberId], bool],
-        exclude: Collection[SubscriberId] = (),
+        is_online: Callable[[SessionKey], bool],
+        exclude: Collection[SessionKey] = (),
     ) -> SharedMember | None:
         """The member to deliver to, or None when the policy leaves no candidate."""
         members: Sequence[SharedMember] = group.members
@@ -93,7 +93,7 @@ class SharedPicker:
         self,
         token: GroupToken,
         members: Sequence[SharedMember],
-        is_online: Callable[[SubscriberId], bool],
+        is_online: Callable[[SessionKey], bool],
     ) -> SharedMember:
         """The first online member at or after the cursor (else the one at the cursor)."""
         n = len(members)

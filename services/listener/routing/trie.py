@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from services.common.session_key import SessionKey
 from services.listener.routing.model import (
     GroupToken,
     Match,
@@ -43,7 +44,6 @@ from services.listener.routing.model import (
     SharedGroupMatch,
     SharedMember,
     SubOptions,
-    SubscriberId,
 )
 from services.listener.routing.topics import split_shared
 
@@ -56,7 +56,7 @@ class _Group:
     def __init__(self, name: str, topic_filter: str) -> None:
         self.name = name
         self.filter = topic_filter
-        self.members: dict[SubscriberId, SubOptions] = {}
+        self.members: dict[SessionKey, SubOptions] = {}
         self.snapshot: SharedGroupMatch | None = None
         self.token = GroupToken()
 
@@ -77,7 +77,7 @@ class _Node:
         self.children: dict[str, _Node] = {}
         self.plus: _Node | None = None
         self.hash: _Node | None = None
-        self.subs: dict[SubscriberId, Match] | None = None
+        self.subs: dict[SessionKey, Match] | None = None
         self.shared: dict[str, _Group] | None = None
 
     def is_empty(self) -> bool:
@@ -120,7 +120,7 @@ def _merge(a: Match, b: Match) -> Match:
     )
 
 
-def _single(sid: SubscriberId, topic_filter: str, opts: SubOptions) -> Match:
+def _single(sid: SessionKey, topic_filter: str, opts: SubOptions) -> Match:
     sub_ids = () if opts.sub_id is None else (opts.sub_id,)
     return Match(sid, opts.qos, opts.node, opts.retain_as_published, sub_ids, (topic_filter,))
 
@@ -132,14 +132,14 @@ class SubscriptionTrie:
 
     def __init__(self) -> None:
         self._roots: dict[str, _Node] = {}
-        self._by_sid: dict[SubscriberId, dict[str, SubOptions]] = {}
+        self._by_sid: dict[SessionKey, dict[str, SubOptions]] = {}
         self._count = 0
 
     def __len__(self) -> int:
         """Number of (subscriber, filter) subscriptions."""
         return self._count
 
-    def add(self, sid: SubscriberId, topic_filter: str, opts: SubOptions) -> bool:
+    def add(self, sid: SessionKey, topic_filter: str, opts: SubOptions) -> bool:
         """Subscribe ``sid`` (in its mountpoint ``sid[0]``); True if new, False if replaced.
 
         Replacing keeps the one subscription per (client, filter) that MQTT requires
@@ -184,7 +184,7 @@ class SubscriptionTrie:
         self._count += is_new
         return is_new
 
-    def remove(self, sid: SubscriberId, topic_filter: str) -> bool:
+    def remove(self, sid: SessionKey, topic_filter: str) -> bool:
         """Unsubscribe; False if ``sid`` had no such subscription. Prunes empty nodes."""
         mine = self._by_sid.get(sid)
         if mine is None or mine.pop(topic_filter, None) is None:
@@ -239,7 +239,7 @@ class SubscriptionTrie:
                 del parent.children[level]
             node = parent
 
-    def remove_all(self, sid: SubscriberId) -> int:
+    def remove_all(self, sid: SessionKey) -> int:
         """Drop every subscription of ``sid`` (session ended); returns how many."""
         mine = self._by_sid.get(sid)
         if not mine:
@@ -249,18 +249,18 @@ class SubscriptionTrie:
             self.remove(sid, topic_filter)
         return len(filters)
 
-    def subscriptions_of(self, sid: SubscriberId) -> dict[str, SubOptions]:
+    def subscriptions_of(self, sid: SessionKey) -> dict[str, SubOptions]:
         """A copy of ``sid``'s filters (shared ones with their ``$share/g/`` prefix)."""
         return dict(self._by_sid.get(sid, ()))
 
-    def items(self) -> Iterator[tuple[SubscriberId, str, SubOptions]]:
+    def items(self) -> Iterator[tuple[SessionKey, str, SubOptions]]:
         """Every subscription, for snapshots and anti-entropy; do not mutate meanwhile."""
         for sid, mine in self._by_sid.items():
             for topic_filter, opts in mine.items():
                 yield sid, topic_filter, opts
 
     def match(
-        self, mountpoint: str, topic: str, publisher: SubscriberId | None = None
+        self, mountpoint: str, topic: str, publisher: SessionKey | None = None
     ) -> MatchResult:
         """Everyone a publish to ``topic`` under ``mountpoint`` goes to.
 
@@ -283,7 +283,7 @@ class SubscriptionTrie:
             _walk(root, levels, 0, n, hits)
         return MatchResult(self._normal(hits, publisher), self._shared(hits))
 
-    def _normal(self, hits: list[_Node], publisher: SubscriberId | None) -> list[Match]:
+    def _normal(self, hits: list[_Node], publisher: SessionKey | None) -> list[Match]:
         tables = [node.subs for node in hits if node.subs]
         if not tables:
             return []
@@ -305,9 +305,9 @@ class SubscriptionTrie:
 
     def _drop_no_local(
         self,
-        acc: dict[SubscriberId, Match],
-        publisher: SubscriberId,
-        tables: list[dict[SubscriberId, Match]],
+        acc: dict[SessionKey, Match],
+        publisher: SessionKey,
+        tables: list[dict[SessionKey, Match]],
     ) -> None:
         """Re-merge the publisher's own entry from its subscriptions without No Local."""
         opts = self._by_sid[publisher]
