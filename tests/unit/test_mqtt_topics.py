@@ -77,5 +77,9 @@ def test_parse_shared() -> None:
     assert parse_shared("a/b") == (None, "a/b")
     assert parse_shared("$share/g1/a/+/#") == ("g1", "a/+/#")
     assert parse_shared("$share/g/$SYS/x") == ("g", "$SYS/x")
-    with pytest.raises(TopicFilterInvalid):
-        parse_shared("$share/g")
+    assert parse_shared("$share/g/a/b") == ("g", "a/b")
+    assert parse_shared("$share/g/#") == ("g", "#")
+    assert parse_shared("$shared/x") == (None, "$shared/x")
+    for bad in ("$share/", "$share/g", "$share/g/", "$share//a"):
+        with pytest.raises(TopicFilterInvalid):
+            parse_shared(bad)

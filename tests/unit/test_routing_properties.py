@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.common.session_key import SessionKey
+from services.listener.mqtt.topics import parse_shared
 from services.listener.routing import (
     RetainedStore,
     SubOptions,
     SubscriptionTrie,
-    split_shared,
     topic_matches,
 )
 
@@ -118,7 +118,7 @@ def expected_match(
     normal: dict[SessionKey, tuple[int, frozenset[int], bool, frozenset[str]]] = {}
     shared: dict[tuple[str, str], set[tuple[SessionKey, SubOptions]]] = {}
     for (sid, full), o in model.items():
-        group, f = split_shared(full)
+        group, f = parse_shared(full)
         if sid[0] != mountpoint or not ref_match(f, topic):
             continue
         if group is not None:
@@ -151,7 +151,7 @@ def node_count(trie: SubscriptionTrie) -> int:
 def instantiate(topic_filter: str, data: st.DataObject) -> str:
     """A topic the filter probably matches, so overlaps and No Local get exercised."""
     out: list[str] = []
-    for level in split_shared(topic_filter)[1].split("/"):
+    for level in parse_shared(topic_filter)[1].split("/"):
         if level == "+":
             out.append(data.draw(st.sampled_from(["a", "b", ""])))
         elif level == "#":

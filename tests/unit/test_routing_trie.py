@@ -10,7 +10,6 @@ from services.listener.routing import (
     SharedMember,
     SubOptions,
     SubscriptionTrie,
-    split_shared,
 )
 
 Q0 = SubOptions(qos=0)
@@ -268,16 +267,6 @@ def test_shared_and_normal_subscriptions_of_one_client_are_independent() -> None
     assert trie.remove(A, "t") is True
     assert trie.match("", "t").normal == []
     assert len(trie.match("", "t").shared) == 1
-
-
-def test_split_shared() -> None:
-    assert split_shared("$share/g/a/b") == ("g", "a/b")
-    assert split_shared("$share/g/#") == ("g", "#")
-    assert split_shared("a/b") == (None, "a/b")
-    assert split_shared("$shared/x") == (None, "$shared/x")
-    for bad in ("$share/", "$share/g", "$share/g/", "$share//a"):
-        with pytest.raises(ValueError):
-            split_shared(bad)
 
 
 def test_removal_prunes_every_empty_node() -> None:

@@ -13,11 +13,10 @@ from services.listener.routing.model import (
 )
 from services.listener.routing.retained import RetainedStore
 from services.listener.routing.shared import SharedPicker, SharedPolicy
-from services.listener.routing.topics import SHARE_PREFIX, split_shared, topic_matches
+from services.listener.routing.topics import topic_matches
 from services.listener.routing.trie import SubscriptionTrie
 
 __all__ = [
-    "SHARE_PREFIX",
     "GroupToken",
     "Match",
     "MatchResult",
@@ -28,6 +27,5 @@ __all__ = [
     "SharedPolicy",
     "SubOptions",
     "SubscriptionTrie",
-    "split_shared",
     "topic_matches",
 ]

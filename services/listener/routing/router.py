@@ -36,10 +36,10 @@ from collections.abc import Iterable, Mapping
 from typing import Final, Generic, Protocol, TypeVar
 
 from services.common.session_key import SessionKey
+from services.listener.mqtt.topics import parse_shared
 from services.listener.routing.model import SubOptions
 from services.listener.routing.retained import RetainedStore
 from services.listener.routing.shared import SharedPicker, SharedPolicy
-from services.listener.routing.topics import split_shared
 from services.listener.routing.trie import SubscriptionTrie
 from services.listener.session.messages import Message, OutboundMessage
 
@@ -145,7 +145,7 @@ class Router(Generic[T]):
         flag set): each once, at the highest QoS of its matching filters, as one copy
         stands for every matching subscription [MQTT-3.3.4-2]; none for shared filters
         [MQTT-3.8.4 v5]."""
-        plain = [(f, q) for f, q in filters if split_shared(f)[0] is None]
+        plain = [(f, q) for f, q in filters if parse_shared(f)[0] is None]
         out = []
         for _topic, msg, qos in self.retained.match_many(key[0], plain):
             q = qos if self.upgrade_qos else min(msg.qos, qos)

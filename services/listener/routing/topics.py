@@ -13,24 +13,6 @@ these functions assume valid input.
 
 from __future__ import annotations
 
-from typing import Final
-
-SHARE_PREFIX: Final = "$share/"
-
-
-def split_shared(topic_filter: str) -> tuple[str | None, str]:
-    """``"$share/g/a/#"`` -> ``("g", "a/#")``; a normal filter -> ``(None, filter)``.
-
-    Raises ValueError for ``$share/`` without a group and filter: the codec rejects those,
-    so getting one here is a bug in the caller.
-    """
-    if not topic_filter.startswith(SHARE_PREFIX):
-        return None, topic_filter
-    parts = topic_filter.split("/", 2)
-    if len(parts) != 3 or not parts[1] or not parts[2]:
-        raise ValueError(f"malformed shared subscription filter: {topic_filter!r}")
-    return parts[1], parts[2]
-
 
 def topic_matches(topic_filter: str, topic: str) -> bool:
     """Whether a (non-shared) filter matches a topic name, level by level.

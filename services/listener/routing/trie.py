@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from services.common.session_key import SessionKey
+from services.listener.mqtt.topics import parse_shared
 from services.listener.routing.model import (
     GroupToken,
     Match,
@@ -45,7 +46,6 @@ from services.listener.routing.model import (
     SharedMember,
     SubOptions,
 )
-from services.listener.routing.topics import split_shared
 
 
 class _Group:
@@ -145,7 +145,7 @@ class SubscriptionTrie:
         Replacing keeps the one subscription per (client, filter) that MQTT requires
         [MQTT-3.8.4-3]; the new options win.
         """
-        group, inner = split_shared(topic_filter)
+        group, inner = parse_shared(topic_filter)
         root = self._roots.get(sid[0])
         if root is None:
             root = self._roots[sid[0]] = _Node()
@@ -192,7 +192,7 @@ class SubscriptionTrie:
         if not mine:
             del self._by_sid[sid]
         self._count -= 1
-        group, inner = split_shared(topic_filter)
+        group, inner = parse_shared(topic_filter)
         root = self._roots[sid[0]]
         path: list[tuple[_Node, str]] = []  # (parent, level) for each step, for pruning
         node = root
