@@ -118,7 +118,7 @@ def test_a_killed_writer_loses_nothing_it_flushed(tmp_path: Path) -> None:
 
 def test_the_converter_runs_only_on_idle_cpu(tmp_path: Path) -> None:
     """SCHED_IDLE: on a busy node the converter must not take a core from the broker at its
-    wake-ups (nice 10 still did, costing (c) ~12 %; docs/benchmarks.md)."""
+    wake-ups (nice 10 still did: bench/results/, commit 3eca2df)."""
     proc = _writer(tmp_path, 10, True, "hold")
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"

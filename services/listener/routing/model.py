@@ -127,8 +127,8 @@ class SharedGroupMatch:
 
 # Made per publish (Match: per subscriber too), in the compiled build (setup.py): not
 # frozen (a frozen dataclass sets each field through object.__setattr__) and with the
-# __init__ written out (the one dataclasses generates stays interpreted, ~1 us per object
-# against ~0.1 us). Values by convention: nothing assigns to their fields.
+# __init__ written out (the one dataclasses generates stays interpreted, much dearer).
+# Values by convention: nothing assigns to their fields.
 @dataclass(slots=True, init=False)
 class MatchResult:
     """All routing targets of one publish: one ``Match`` per subscriber through its normal
