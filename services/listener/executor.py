@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from services.common import log
+from services.common.session_key import SessionKey
 from services.listener.config import TcpListener
-from services.listener.loop_timers import timers_of
+from services.listener.loop_timers import cancel_all, cancel_named, set_named
 from services.listener.metrics import ListenerMetrics
 from services.listener.mqtt.encoder import encode
 from services.listener.mqtt.types import Disconnect, Publish
@@ -97,7 +98,7 @@ class ActionExecutor:
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.session: Session | None = None
-        self.sid: tuple[str, str] | None = None
+        self.sid: SessionKey | None = None
         self.epoch = 0
         self.persistent = False
         self.closed = False
@@ -371,31 +372,14 @@ class ActionExecutor:
     def _publish_will(self, action: PublishWill) -> None:
         self.broker.publish_will(self, action.will, action.delay)
 
-    def _timer(self, name: str) -> Timer[ActionExecutor] | None:
-        for timer in self._timers:  # at most "connect", "keepalive" and "retry"
-            if timer.name == name:
-                return timer
-        return None
-
     def _set_timer(self, action: SetTimer) -> None:
-        timer = self._timer(action.name)
-        if timer is None:  # a fired timer stays in _timers, to be set again
-            timer = Timer(self, action.name)
-            self._timers += (timer,)
-        timers_of(self._loop).set(timer, action.at)  # lazy when the deadline moves later
+        self._timers = set_named(self._timers, self, action.name, action.at, self._loop)
 
     def _cancel_timer(self, action: CancelTimer) -> None:
-        timer = self._timer(action.name)
-        if timer is not None:
-            self._timers = tuple(t for t in self._timers if t is not timer)
-            timers_of(self._loop).cancel(timer)
+        self._timers = cancel_named(self._timers, action.name, self._loop)
 
     def _cancel_timers(self) -> None:
-        if self._timers:
-            timers = timers_of(self._loop)
-            for timer in self._timers:
-                timers.cancel(timer)
-            self._timers = ()
+        self._timers = cancel_all(self._timers, self._loop)
 
     def _ended_action(self, action: Ended) -> None:
         if self._ended:

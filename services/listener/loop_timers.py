@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 from services.listener.session.timers import Timer, TimerHeap
+
+T = TypeVar("T")
 
 
 class LoopTimers:
@@ -72,3 +74,40 @@ def timers_of(loop: asyncio.AbstractEventLoop) -> LoopTimers:
     if timers is None:
         timers = _loop_timers[loop] = LoopTimers()
     return timers
+
+
+# One connection's timers are a small tuple (at most "connect", "keepalive" and "retry"):
+# a tuple, not a dict or an object, because thousands of idle connections each hold one.
+def set_named(
+    timers: tuple[Timer[T], ...], owner: T, name: str, at: float, loop: asyncio.AbstractEventLoop
+) -> tuple[Timer[T], ...]:
+    """Set ``owner``'s timer ``name`` to fire at ``at`` (lazy when it moves later); a fired
+    timer stays in the tuple, to be set again. Returns the owner's new tuple."""
+    for timer in timers:
+        if timer.name == name:
+            break
+    else:
+        timer = Timer(owner, name)
+        timers += (timer,)
+    timers_of(loop).set(timer, at)
+    return timers
+
+
+def cancel_named(
+    timers: tuple[Timer[T], ...], name: str, loop: asyncio.AbstractEventLoop
+) -> tuple[Timer[T], ...]:
+    """Cancel the timer ``name``, if set; returns the owner's new tuple."""
+    for timer in timers:
+        if timer.name == name:
+            timers_of(loop).cancel(timer)
+            return tuple(t for t in timers if t is not timer)
+    return timers
+
+
+def cancel_all(timers: tuple[Timer[T], ...], loop: asyncio.AbstractEventLoop) -> tuple[()]:
+    """Cancel every timer of one owner (its connection is gone)."""
+    if timers:
+        shared = timers_of(loop)
+        for timer in timers:
+            shared.cancel(timer)
+    return ()
