@@ -4,8 +4,9 @@ Starting a node costs seconds, so modules that need no special setting (02 subpu
 04 retain, 05 will, 07 malformed, 09 takeover, 10 subscribe on read) share one
 package-scoped ``node`` with the default configuration; their tests use ``unique()``
 client ids and topic roots so they cannot see each other. The two 06 modules and 12
-(overlapping subscriptions) share ``mqtt5_node``, whose limits are small enough to hit. Other modules that need limits of their own override ``node``
-with a module-scoped fixture built by ``helpers.started_node``.
+(overlapping subscriptions) share ``mqtt5_node``, whose limits are small enough to hit.
+Other modules that need limits of their own override ``node`` with a module-scoped
+fixture built by ``helpers.started_node``.
 """
 
 from __future__ import annotations
