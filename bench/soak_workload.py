@@ -1,0 +1,297 @@
+"""The soak's clients: who they are, what one cycle does, and the final inbox check.
+
+Kinds of client, drawn once per client from the seed:
+
+* clean (45 %): a clean session, half of them under a new client id every cycle;
+* persistent (40 %): the same id every cycle, back well before its session could expire;
+  it keeps an inbox subscription (QoS 1) that other clients publish to. Every inbox
+  message the broker acknowledged must reach it: what does not is counted as lost;
+* vanishing (15 %): a persistent session under a new id every cycle, never resumed, so
+  the node must expire it (``persistent_client_expiration``, or the MQTT 5 expiry).
+
+A cycle: connect, subscribe to 1-3 filters of a bounded topic space (200 plain topics,
+200 retained ones, wildcards among them), publish 1-3 messages (QoS 0 or 1, to a topic,
+to a persistent client's inbox, retained, or clearing a retained topic with an empty
+payload), receive for up to a second, unsubscribe (80 %), disconnect (10 % just close the
+socket). So the working set is bounded: sessions ~ persistent clients + vanishing sessions
+created per expiry period, retained messages <= 200, subscriptions <= what those hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from soak_client import Connection, MqttError, open_connection
+
+TOPIC_A, TOPIC_B = 20, 10  # plain and retained topics: <a>/<b>, 200 of each
+
+
+@dataclass
+class Plan:
+    host: str
+    port: int
+    clients: int
+    seconds: float
+    seed: int
+    expiry: int  # seconds: persistent_client_expiration, and the MQTT 5 session expiry
+    sleep_min: float
+    sleep_max: float
+    timeout: float
+    tag: str  # unique per run: client ids and topics of two runs never meet
+
+    def topic(self, kind: str, *parts: object) -> str:
+        return "/".join(["soak", self.tag, kind, *map(str, parts)])
+
+
+@dataclass
+class Stats:
+    cycles: int = 0
+    connects: int = 0
+    session_present: int = 0
+    subscribes: int = 0
+    unsubscribes: int = 0
+    published: Counter[str] = field(default_factory=Counter)
+    received: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    inbox_acked: set[str] = field(default_factory=set)
+    inbox_received: set[str] = field(default_factory=set)
+    inbox_dups: int = 0
+    seq: int = 0
+
+    def load(self) -> dict[str, Any]:
+        return {
+            "cycles": self.cycles,
+            "connects": self.connects,
+            "session_present": self.session_present,
+            "subscribes": self.subscribes,
+            "unsubscribes": self.unsubscribes,
+            "published": dict(self.published),
+            "received": dict(self.received),
+            "errors": dict(self.errors),
+            "inbox_acked": len(self.inbox_acked),
+            "inbox_received": len(self.inbox_received),
+        }
+
+
+@dataclass
+class Client:
+    index: int
+    kind: str  # clean | persistent | vanishing
+    version: int  # 4 = 3.1.1, 5 = 5.0
+    fresh_ids: bool  # a new client id every cycle
+    rng: random.Random
+    generation: int = 0
+    inbox_ready: bool = False  # its session holds the inbox subscription
+
+    def client_id(self, plan: Plan) -> str:
+        base = f"soak-{plan.tag}-{self.kind[0]}{self.index}"
+        return f"{base}-{self.generation}" if self.fresh_ids else base
+
+    @property
+    def clean(self) -> bool:
+        return self.kind == "clean"
+
+    def expiry(self, plan: Plan) -> int:
+        """MQTT 5 session expiry; 3.1.1 sessions get the node's persistent_client_expiration."""
+        if self.clean:
+            return 0
+        if self.kind == "vanishing":
+            return self.rng.randint(plan.expiry // 2, plan.expiry)
+        return plan.expiry
+
+
+def make_clients(plan: Plan) -> list[Client]:
+    rng = random.Random(plan.seed)
+    out = []
+    for i in range(plan.clients):
+        r = rng.random()
+        kind = "clean" if r < 0.45 else "persistent" if r < 0.85 else "vanishing"
+        fresh = kind == "vanishing" or (kind == "clean" and rng.random() < 0.5)
+        version = rng.choice((4, 5))
+        out.append(Client(i, kind, version, fresh, random.Random(rng.getrandbits(64))))
+    return out
+
+
+class Workload:
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.stats = Stats()
+        self.clients = make_clients(plan)
+        self.inboxes = [c for c in self.clients if c.kind == "persistent"]
+        self.stop_at = 0.0
+
+    # -- one cycle -------------------------------------------------------------------
+    def _on_message(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
+        st = self.stats
+        kind = topic.split("/", 3)[2] if topic.count("/") >= 3 else "?"
+        st.received[f"{kind}_qos{qos}{'_retained' if retain else ''}"] += 1
+        if kind == "in":
+            msg_id = payload.decode()
+            if msg_id in st.inbox_received:
+                st.inbox_dups += 1
+            st.inbox_received.add(msg_id)
+
+    def _filters(self, rng: random.Random) -> list[str]:
+        p = self.plan
+        out = set()
+        for _ in range(rng.randint(1, 3)):
+            a, b, r = rng.randrange(TOPIC_A), rng.randrange(TOPIC_B), rng.random()
+            if r < 0.5:
+                out.add(p.topic("t", a, b))
+            elif r < 0.7:
+                out.add(p.topic("t", a, "+"))
+            elif r < 0.8:
+                out.add(p.topic("t", "+", b))
+            else:
+                out.add(p.topic("r", a, "+"))  # up to 10 retained messages on subscribe
+        return sorted(out)
+
+    async def _publish(self, conn: Connection, rng: random.Random) -> None:
+        p, st, t = self.plan, self.stats, self.plan.timeout
+        for _ in range(rng.randint(1, 3)):
+            a, b, r = rng.randrange(TOPIC_A), rng.randrange(TOPIC_B), rng.random()
+            if r < 0.35:
+                conn.publish0(p.topic("t", a, b), b"q0" * rng.randint(1, 64))
+                st.published["qos0"] += 1
+            elif r < 0.55:
+                await conn.publish1(p.topic("t", a, b), b"q1" * rng.randint(1, 64), False, t)
+                st.published["qos1"] += 1
+            elif r < 0.8:
+                await self._publish_inbox(conn, rng)
+            elif r < 0.92:
+                qos = rng.choice((0, 1))
+                payload = b"r" * rng.randint(1, 256)
+                if qos:
+                    await conn.publish1(p.topic("r", a, b), payload, True, t)
+                else:
+                    conn.publish0(p.topic("r", a, b), payload, retain=True)
+                st.published[f"retained_set_qos{qos}"] += 1
+            else:
+                await conn.publish1(p.topic("r", a, b), b"", True, t)
+                st.published["retained_clear"] += 1
+
+    async def _publish_inbox(self, conn: Connection, rng: random.Random) -> None:
+        ready = [c for c in rng.sample(self.inboxes, min(8, len(self.inboxes))) if c.inbox_ready]
+        if not ready:
+            return
+        target = ready[0]
+        self.stats.seq += 1
+        msg_id = f"{target.index}:{self.stats.seq}"
+        topic = self.plan.topic("in", target.index)
+        await conn.publish1(topic, msg_id.encode(), False, self.plan.timeout)
+        self.stats.inbox_acked.add(msg_id)
+        self.stats.published["inbox"] += 1
+
+    async def cycle(self, client: Client) -> None:
+        p, st, rng = self.plan, self.stats, client.rng
+        conn = await open_connection(p.host, p.port, client.version, self._on_message, p.timeout)
+        try:
+            present = await conn.handshake(
+                client.client_id(p), client.clean, client.expiry(p), p.timeout
+            )
+            st.connects += 1
+            st.session_present += present
+            if client.kind == "persistent" and not client.inbox_ready:
+                await conn.subscribe([p.topic("in", client.index)], 1, p.timeout)
+                client.inbox_ready = True
+            filters = self._filters(rng)
+            await conn.subscribe(filters, rng.choice((0, 1)), p.timeout)
+            st.subscribes += 1
+            await self._publish(conn, rng)
+            await asyncio.sleep(rng.uniform(0.1, 1.0))  # receive
+            if rng.random() < 0.8:
+                await conn.unsubscribe(filters, p.timeout)
+                st.unsubscribes += 1
+            if rng.random() < 0.1:
+                conn.abort()
+                st.published["abrupt_closes"] += 1
+            else:
+                await conn.disconnect(p.timeout)
+        finally:
+            conn.abort()
+        st.cycles += 1
+
+    async def client_loop(self, client: Client) -> None:
+        rng = client.rng
+        await asyncio.sleep(rng.uniform(0, min(10.0, self.plan.sleep_max)))  # ramp up
+        while time.monotonic() < self.stop_at:
+            try:
+                await self.cycle(client)
+            except (MqttError, OSError, TimeoutError) as exc:
+                self.stats.errors[_error_kind(exc)] += 1
+            if client.fresh_ids:
+                client.generation += 1
+            left = self.stop_at - time.monotonic()
+            await asyncio.sleep(
+                min(max(left, 0), rng.uniform(self.plan.sleep_min, self.plan.sleep_max))
+            )
+
+    # -- the end ---------------------------------------------------------------------
+    async def drain(self, wait: float) -> None:
+        """Bring every persistent client back once to collect its inbox, then end its session."""
+        sem = asyncio.Semaphore(50)
+        deadline = time.monotonic() + wait
+
+        async def collect(client: Client) -> None:
+            async with sem:
+                try:
+                    await self._collect(client, deadline)
+                except (MqttError, OSError, TimeoutError) as exc:
+                    self.stats.errors[f"drain: {_error_kind(exc)}"] += 1
+
+        await asyncio.gather(*(collect(c) for c in self.inboxes if c.inbox_ready))
+
+    async def _collect(self, client: Client, deadline: float) -> None:
+        p, st = self.plan, self.stats
+        prefix = f"{client.index}:"
+        owed = {m for m in st.inbox_acked if m.startswith(prefix)}
+        conn = await open_connection(p.host, p.port, client.version, self._on_message, p.timeout)
+        try:
+            await conn.handshake(client.client_id(p), False, p.expiry, p.timeout)
+            while owed - st.inbox_received and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            await conn.disconnect(p.timeout, end_session=True)
+        finally:
+            conn.abort()
+        if client.version < 5:  # 3.1.1 has no way to end a session but a clean connect
+            conn = await open_connection(p.host, p.port, 4, self._on_message, p.timeout)
+            try:
+                await conn.handshake(client.client_id(p), True, 0, p.timeout)
+                await conn.disconnect(p.timeout)
+            finally:
+                conn.abort()
+
+    async def clear_retained(self) -> None:
+        """Leave no retained message behind on a node that outlives the run."""
+        p = self.plan
+        conn = await open_connection(p.host, p.port, 4, self._on_message, p.timeout)
+        try:
+            await conn.handshake(f"soak-{p.tag}-cleanup", True, 0, p.timeout)
+            for a in range(TOPIC_A):
+                for b in range(TOPIC_B):
+                    await conn.publish1(p.topic("r", a, b), b"", True, p.timeout)
+            await conn.disconnect(p.timeout)
+        finally:
+            conn.abort()
+
+    def lost(self) -> list[str]:
+        return sorted(self.stats.inbox_acked - self.stats.inbox_received)
+
+
+def _error_kind(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    for marker in ("no reply to packet type", "CONNACK refused", "SUBACK refused"):
+        if text.startswith(marker):
+            return text.split(" within")[0] if "within" in text else text
+    if isinstance(exc, TimeoutError):
+        return "TCP connect timeout"
+    if isinstance(exc, ConnectionRefusedError):
+        return "TCP connect refused"
+    if isinstance(exc, OSError):
+        return f"socket: {type(exc).__name__}"
+    return text[:80]
