@@ -199,8 +199,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="length of the churn")
     ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--port", type=int, default=21883, help="the node's MQTT port")
-    ap.add_argument("--http", type=int, default=21888, help="the node's HTTP port")
+    ap.add_argument("--port", type=int, default=23883, help="the node's MQTT port")
+    ap.add_argument("--http", type=int, default=23888, help="the node's HTTP port")
     ap.add_argument("--out", type=Path, help="JSON lines (default bench/results/soak-<ts>.jsonl)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if node is not None:
                 node.start(http)
-            out.write(json.dumps(_start_record(args, plan, node)) + "\n")
+            out.write(json.dumps(_start_record(args, plan, node), default=str) + "\n")
             out.flush()
             end = runner(run(args, plan, out))
         finally:

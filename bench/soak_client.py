@@ -110,6 +110,7 @@ class Connection(asyncio.Protocol):
         self.waiting: dict[tuple[int, int], asyncio.Future[bytes]] = {}
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.next_pid = 0
+        self.eof_sent = False  # after DISCONNECT: nothing more may be written
 
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -166,7 +167,7 @@ class Connection(asyncio.Protocol):
                 raise MqttError("truncated PUBLISH properties")
             pos = props[1] + props[0]
         self.on_message(topic, body[pos:], qos, retain)
-        if qos and self.transport is not None:
+        if qos and self.transport is not None and not self.eof_sent:
             self.transport.write(puback_packet(pid))
 
     def _resolve(self, key: tuple[int, int], body: bytes) -> None:
@@ -248,6 +249,7 @@ class Connection(asyncio.Protocol):
             self.transport.write(DISCONNECT_PACKET)
         if self.transport.can_write_eof():
             self.transport.write_eof()
+            self.eof_sent = True
         try:
             await asyncio.wait_for(asyncio.shield(self.closed), timeout)
         except TimeoutError:

@@ -6,11 +6,12 @@ queues, queued messages, gossip tombstones), where growth that RSS alone does no
 shows up. The drain and settle phases after the load are shaded.
 
 The summary (markdown, to stdout or ``--summary``): when the working set was reached (the
-first sample whose session count is within 10 % of its median over the second half of
-the load), and each process's RSS slope over the second half of the load in MB per 10
-minutes, by least squares. That slope is how "flat" is judged: a process is flat when it
-is within ``--flat`` (default 1 MB per 10 min); the state series get the same slope, so a
-rising RSS can be told apart from a rising working set.
+first sample whose persistent-session count is within 10 % of its median over the
+second half of the load), and each process's RSS slope over the second half of the load in MB per 10
+minutes, by least squares (and the same for its anonymous part, RssAnon: VmRSS also
+counts file pages mapped in, such as an LMDB map). That slope is how "flat" is judged: a
+process is flat when it is within ``--flat`` (default 1 MB per 10 min); the state series
+get the same slope, so a rising RSS can be told apart from a rising working set.
 
     bench/soak_plot.py bench/results/soak-<ts>.jsonl --png docs/soak-rss.png --summary s.md
 """
@@ -25,14 +26,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-COUNTS = ("sessions", "retained")  # on the RSS plot's second axis
+# on the RSS plot's second axis: persistent sessions (the lasting part of the working set;
+# "sessions" also counts online clean ones) and retained messages
+COUNTS = ("sessions_persistent", "retained")
 OTHER_STATE = (
+    "sessions",
     "subscriptions",
     "msgstore_queues",
     "msgstore_entries",
     "gossip_tombstones",
     "sessions_online",
     "registry_expired_total",
+    "dropped_total",
 )
 ORDER = ("listener", "registry", "gossip", "msgstore", "supervisor")
 
@@ -75,8 +80,9 @@ def series(samples: list[dict[str, Any]], get: Any) -> tuple[list[float], list[f
     return xs, ys
 
 
-def rss_mb(name: str) -> Any:
-    return lambda s: (s.get("rss_kb", {}).get(name) or 0) / 1024 or None
+def rss_mb(name: str, kind: str = "rss_kb") -> Any:
+    """VmRSS (``rss_kb``) or its anonymous part (``anon_kb``) of one process, in MB."""
+    return lambda s: (s.get(kind, {}).get(name) or 0) / 1024 or None
 
 
 def state(key: str) -> Any:
@@ -105,11 +111,11 @@ class Judged:
         self.working_set_at = self._working_set()
 
     def _working_set(self) -> float | None:
-        _, late = series(self.window, state("sessions"))
+        _, late = series(self.window, state(COUNTS[0]))
         if not late:
             return None
         target = 0.9 * statistics.median(late)
-        for x, y in zip(*series(self.load, state("sessions")), strict=True):
+        for x, y in zip(*series(self.load, state(COUNTS[0])), strict=True):
             if y >= target:
                 return x
         return None
@@ -150,17 +156,18 @@ def summary(
     if ws is None:
         out.append("Working set: not reached (too few samples).")
     else:
-        sessions = j.value_at(state("sessions"), ws)
+        sessions = j.value_at(state(COUNTS[0]), ws)
         out.append(
-            f"Working set reached at {ws:.1f} min ({sessions:.0f} sessions); slopes are least "
+            f"Working set reached at {ws:.1f} min ({sessions:.0f} persistent sessions); "
+            "slopes are least "
             f"squares over the second half of the load, {j.load_end / 2:.1f}-{j.load_end:.1f} min "
             f"({len(j.window)} samples); flat = within {flat} MB per 10 min."
         )
     out += [
         "",
         "| process | RSS at start MB | at working set | end of load | after the load "
-        "| slope MB/10 min | |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| slope MB/10 min | | anon at end of load | anon slope |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     first, last_load = j.load[:1], j.load[-1:]
     for name in processes(samples):
@@ -168,10 +175,14 @@ def summary(
         per10 = j.per_10min(get)
         verdict = "-" if per10 is None else "flat" if abs(per10) <= flat else "**grows**"
         after = series(j.after, get)[1]
+        anon = rss_mb(name, "anon_kb")
+        anon_end = series(last_load, anon)[1]
         out.append(
             f"| {name} | {_fmt(series(first, get)[1][0] if first else None)} "
             f"| {_fmt(j.value_at(get, ws))} | {_fmt(series(last_load, get)[1][-1])} "
-            f"| {_fmt(after[-1] if after else None)} | {_fmt(per10, 2, sign=True)} | {verdict} |"
+            f"| {_fmt(after[-1] if after else None)} | {_fmt(per10, 2, sign=True)} | {verdict} "
+            f"| {_fmt(anon_end[-1] if anon_end else None)} "
+            f"| {_fmt(j.per_10min(anon), 2, sign=True)} |"
         )
     out += ["", "| state | at working set | end of load | after the load | slope per 10 min |"]
     out.append("|---|---:|---:|---:|---:|")
@@ -214,16 +225,17 @@ def plot(start: dict[str, Any], samples: list[dict[str, Any]], png: Path) -> Non
     for key, style in zip(COUNTS, (":", "-."), strict=True):
         xs, ys = series(samples, state(key))
         counts.plot(xs, ys, color="grey", linestyle=style, linewidth=1.2, label=f"{key} (right)")
-    counts.set_ylabel("sessions / retained messages")
+    counts.set_ylabel("persistent sessions / retained messages")
     lines = top.get_legend_handles_labels()
     more = counts.get_legend_handles_labels()
     top.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=8, ncol=3)
     for key in OTHER_STATE:
-        if key == "registry_expired_total":
+        if key in ("registry_expired_total", "dropped_total"):
             continue
         xs, ys = series(samples, state(key))
         bottom.plot(xs, ys, label=key, linewidth=1.1)
-    bottom.set_ylabel("count")
+    bottom.set_yscale("symlog", linthresh=10)  # queued messages outnumber the rest 30x
+    bottom.set_ylabel("count (log above 10)")
     bottom.set_xlabel("minutes")
     bottom.legend(loc="upper left", fontsize=8, ncol=3)
     for ax in (top, bottom):

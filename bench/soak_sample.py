@@ -7,7 +7,9 @@ parent and the event-log converters are each service's own children (named
 
 The legitimate state is what clients are entitled to keep: sessions (``session show``),
 retained messages (``retain show``), subscriptions and queues (``/metrics``). A service
-whose RSS grows while these stay level is holding what nobody can reach.
+whose RSS grows while these stay level is holding what nobody can reach. Deliveries
+dropped (``messages_dropped_total``, by reason) are kept too: a dropped inbox message is
+not lost if the node says why it dropped it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ METRICS = {
     "gossip_gc_collected_total": "ternmq_gossip_gc_collected_total",
     "protocol_errors_total": "ternmq_protocol_errors_total",
     "store_errors_total": "ternmq_store_errors_total",
+    "dropped_total": "ternmq_messages_dropped_total",
 }
+SESSION_SHOW_LIMIT = 10000  # rows the node's session show returns at most
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -60,16 +64,20 @@ class NodeHttp:
         return True
 
 
-def rss_kb(pid: int) -> int | None:
-    """VmRSS in KiB, or None for a process that is gone."""
+def memory_kb(pid: int) -> dict[str, int]:
+    """VmRSS and its anonymous part (RssAnon) in KiB; empty for a process that is gone.
+    The difference is mostly file pages mapped in, such as an LMDB map: those belong to
+    the page cache and come and go with what is read, not with what is held."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        return None
+        return {}
+    out = {}
     for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return None
+        key = line.split(":", 1)[0]
+        if key in ("VmRSS", "RssAnon"):
+            out[key] = int(line.split()[1])
+    return out
 
 
 def _ppid(pid: int) -> int | None:
@@ -118,6 +126,10 @@ def parse_metrics(text: str) -> dict[str, float]:
         if m and m.group(1) in wanted:
             short = wanted[m.group(1)]
             out[short] = out.get(short, 0.0) + float(m.group(3))
+            reason = re.search(r'reason="([^"]*)"', m.group(2) or "")
+            if reason:
+                key = f"{short}:{reason.group(1)}"
+                out[key] = out.get(key, 0.0) + float(m.group(3))
     return out
 
 
@@ -136,7 +148,9 @@ def sample_node(http: NodeHttp, pids: dict[str, int] | None) -> dict[str, Any]:
     if pids is None or any(pids.get(n) != p for n, p in now.items()):
         pids = processes(status)
     rec["pids"] = pids
-    rec["rss_kb"] = {name: rss_kb(pid) for name, pid in pids.items()}
+    memory = {name: memory_kb(pid) for name, pid in pids.items()}
+    rec["rss_kb"] = {name: m.get("VmRSS") for name, m in memory.items()}
+    rec["anon_kb"] = {name: m.get("RssAnon") for name, m in memory.items()}
     rec["service_status"] = {
         name: {k: v for k, v in s.items() if isinstance(v, int | float) and k != "started_us"}
         for name, s in status.get("services", {}).items()
@@ -145,8 +159,11 @@ def sample_node(http: NodeHttp, pids: dict[str, int] | None) -> dict[str, Any]:
     try:
         sessions = http.json("/api/v1/session/show")
         state["sessions"] = len(sessions)
-        state["sessions_persistent"] = sum(1 for s in sessions if s.get("persistent"))
-        state["sessions_online"] = sum(1 for s in sessions if s.get("online"))
+        if len(sessions) < SESSION_SHOW_LIMIT:  # a cut list would undercount both
+            state["sessions_persistent"] = sum(1 for s in sessions if s.get("persistent"))
+            state["sessions_offline"] = sum(1 for s in sessions if not s.get("online"))
+        else:
+            rec["problems"].append(f"session show cut at {len(sessions)} rows")
     except (OSError, ValueError) as exc:
         rec["problems"].append(f"session show: {exc}")
     try:

@@ -4,17 +4,20 @@ Kinds of client, drawn once per client from the seed:
 
 * clean (45 %): a clean session, half of them under a new client id every cycle;
 * persistent (40 %): the same id every cycle, back well before its session could expire;
-  it keeps an inbox subscription (QoS 1) that other clients publish to. Every inbox
-  message the broker acknowledged must reach it: what does not is counted as lost;
-* vanishing (15 %): a persistent session under a new id every cycle, never resumed, so
-  the node must expire it (``persistent_client_expiration``, or the MQTT 5 expiry).
+  it keeps an inbox subscription (QoS 1) that other clients publish to, and drops every
+  other filter before it leaves. Every inbox message the broker acknowledged must reach
+  it: what does not is counted as lost;
+* vanishing (15 %): a persistent session under a new id every cycle, subscribed to one
+  exact topic and never resumed, so the node must expire it and what it holds
+  (``persistent_client_expiration``, or the MQTT 5 expiry).
 
 A cycle: connect, subscribe to 1-3 filters of a bounded topic space (200 plain topics,
 200 retained ones, wildcards among them), publish 1-3 messages (QoS 0 or 1, to a topic,
 to a persistent client's inbox, retained, or clearing a retained topic with an empty
-payload), receive for up to a second, unsubscribe (80 %), disconnect (10 % just close the
+payload), receive for up to a second, unsubscribe, disconnect (10 % just close the
 socket). So the working set is bounded: sessions ~ persistent clients + vanishing sessions
-created per expiry period, retained messages <= 200, subscriptions <= what those hold.
+created per expiry period, retained messages <= 200, subscriptions and queued messages
+<= what those sessions hold.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class Client:
     rng: random.Random
     generation: int = 0
     inbox_ready: bool = False  # its session holds the inbox subscription
+    held: set[str] = field(default_factory=set)  # other filters its session holds
 
     def client_id(self, plan: Plan) -> str:
         base = f"soak-{plan.tag}-{self.kind[0]}{self.index}"
@@ -136,12 +140,14 @@ class Workload:
                 st.inbox_dups += 1
             st.inbox_received.add(msg_id)
 
-    def _filters(self, rng: random.Random) -> list[str]:
+    def _filters(self, rng: random.Random, exact: bool) -> list[str]:
+        """1-3 filters, or with ``exact`` one exact topic: a session that sits offline for
+        minutes would otherwise queue a large share of all traffic."""
         p = self.plan
         out = set()
-        for _ in range(rng.randint(1, 3)):
+        for _ in range(1 if exact else rng.randint(1, 3)):
             a, b, r = rng.randrange(TOPIC_A), rng.randrange(TOPIC_B), rng.random()
-            if r < 0.5:
+            if r < 0.5 or exact:
                 out.add(p.topic("t", a, b))
             elif r < 0.7:
                 out.add(p.topic("t", a, "+"))
@@ -199,14 +205,14 @@ class Workload:
             if client.kind == "persistent" and not client.inbox_ready:
                 await conn.subscribe([p.topic("in", client.index)], 1, p.timeout)
                 client.inbox_ready = True
-            filters = self._filters(rng)
+            filters = self._filters(rng, exact=client.kind == "vanishing")
             await conn.subscribe(filters, rng.choice((0, 1)), p.timeout)
             st.subscribes += 1
+            if client.kind == "persistent":
+                client.held.update(filters)
             await self._publish(conn, rng)
             await asyncio.sleep(rng.uniform(0.1, 1.0))  # receive
-            if rng.random() < 0.8:
-                await conn.unsubscribe(filters, p.timeout)
-                st.unsubscribes += 1
+            await self._unsubscribe(conn, client, filters)
             if rng.random() < 0.1:
                 conn.abort()
                 st.published["abrupt_closes"] += 1
@@ -215,6 +221,22 @@ class Workload:
         finally:
             conn.abort()
         st.cycles += 1
+
+    async def _unsubscribe(self, conn: Connection, client: Client, filters: list[str]) -> None:
+        """A persistent session drops every filter but its inbox (also those a failed cycle
+        left), so its offline queue holds only inbox messages and cannot overflow; a
+        vanishing one mostly keeps them, for its expiry to collect; a clean one mostly
+        unsubscribes, for the UNSUBSCRIBE path."""
+        if client.kind == "persistent":
+            drop = sorted(client.held)
+        elif client.rng.random() < (0.3 if client.kind == "vanishing" else 0.8):
+            drop = filters
+        else:
+            return
+        await conn.unsubscribe(drop, self.plan.timeout)
+        self.stats.unsubscribes += 1
+        if client.kind == "persistent":
+            client.held.clear()
 
     async def client_loop(self, client: Client) -> None:
         rng = client.rng
@@ -233,28 +255,43 @@ class Workload:
 
     # -- the end ---------------------------------------------------------------------
     async def drain(self, wait: float) -> None:
-        """Bring every persistent client back once to collect its inbox, then end its session."""
-        sem = asyncio.Semaphore(50)
-        deadline = time.monotonic() + wait
+        """Bring every persistent client back at once to collect its inbox (waiting up to
+        ``wait`` seconds for what is owed), then end the sessions."""
+        p, sem = self.plan, asyncio.Semaphore(50)
+        conns: list[tuple[Client, Connection]] = []
 
-        async def collect(client: Client) -> None:
+        async def resume(client: Client) -> None:
+            async with sem:
+                conn = None
+                try:
+                    conn = await open_connection(
+                        p.host, p.port, client.version, self._on_message, p.timeout
+                    )
+                    await conn.handshake(client.client_id(p), False, p.expiry, p.timeout)
+                    conns.append((client, conn))
+                except (MqttError, OSError, TimeoutError) as exc:
+                    self.stats.errors[f"drain: {_error_kind(exc)}"] += 1
+                    if conn is not None:
+                        conn.abort()
+
+        async def end(client: Client, conn: Connection) -> None:
             async with sem:
                 try:
-                    await self._collect(client, deadline)
+                    await self._end_session(client, conn)
                 except (MqttError, OSError, TimeoutError) as exc:
                     self.stats.errors[f"drain: {_error_kind(exc)}"] += 1
 
-        await asyncio.gather(*(collect(c) for c in self.inboxes if c.inbox_ready))
+        await asyncio.gather(*(resume(c) for c in self.inboxes if c.inbox_ready))
+        deadline = time.monotonic() + wait
+        while self.stats.inbox_acked - self.stats.inbox_received:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        await asyncio.gather(*(end(c, conn) for c, conn in conns))
 
-    async def _collect(self, client: Client, deadline: float) -> None:
-        p, st = self.plan, self.stats
-        prefix = f"{client.index}:"
-        owed = {m for m in st.inbox_acked if m.startswith(prefix)}
-        conn = await open_connection(p.host, p.port, client.version, self._on_message, p.timeout)
+    async def _end_session(self, client: Client, conn: Connection) -> None:
+        p = self.plan
         try:
-            await conn.handshake(client.client_id(p), False, p.expiry, p.timeout)
-            while owed - st.inbox_received and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
             await conn.disconnect(p.timeout, end_session=True)
         finally:
             conn.abort()
