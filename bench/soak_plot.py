@@ -166,24 +166,33 @@ def summary(
     out += [
         "",
         "| process | RSS at start MB | at working set | end of load | after the load "
-        "| slope MB/10 min | | anon at end of load | anon slope |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|",
+        "| slope MB/10 min | | anon at start | end of load | after | anon slope |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     first, last_load = j.load[:1], j.load[-1:]
     for name in processes(samples):
-        get = rss_mb(name)
-        per10 = j.per_10min(get)
-        verdict = "-" if per10 is None else "flat" if abs(per10) <= flat else "**grows**"
-        after = series(j.after, get)[1]
-        anon = rss_mb(name, "anon_kb")
-        anon_end = series(last_load, anon)[1]
-        out.append(
-            f"| {name} | {_fmt(series(first, get)[1][0] if first else None)} "
-            f"| {_fmt(j.value_at(get, ws))} | {_fmt(series(last_load, get)[1][-1])} "
-            f"| {_fmt(after[-1] if after else None)} | {_fmt(per10, 2, sign=True)} | {verdict} "
-            f"| {_fmt(anon_end[-1] if anon_end else None)} "
-            f"| {_fmt(j.per_10min(anon), 2, sign=True)} |"
+        rss, anon = rss_mb(name), rss_mb(name, "anon_kb")
+        per10 = j.per_10min(rss)
+        verdict = (
+            "-"
+            if per10 is None
+            else "**grows**"
+            if per10 > flat
+            else "falls"
+            if per10 < -flat
+            else "flat"
         )
+        cells = [name]
+        for get in (rss, anon):
+            at_start = series(first, get)[1]
+            at_end = series(last_load, get)[1]
+            after = series(j.after, get)[1]
+            cells += [_fmt(at_start[0] if at_start else None)]
+            cells += [_fmt(j.value_at(get, ws))] if get is rss else []
+            cells += [_fmt(at_end[-1] if at_end else None), _fmt(after[-1] if after else None)]
+            cells += [_fmt(j.per_10min(get), 2, sign=True)]
+            cells += [verdict] if get is rss else []
+        out.append("| " + " | ".join(cells) + " |")
     out += ["", "| state | at working set | end of load | after the load | slope per 10 min |"]
     out.append("|---|---:|---:|---:|---:|")
     for key in (*COUNTS, *OTHER_STATE):
