@@ -137,6 +137,14 @@ def _fmt(v: float | None, digits: int = 1, sign: bool = False) -> str:
     return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
 
 
+def _verdict(per10: float | None, flat: float) -> str:
+    if per10 is None:
+        return "-"
+    if per10 > flat:
+        return "**grows**"
+    return "falls" if per10 < -flat else "flat"
+
+
 def summary(
     start: dict[str, Any], samples: list[dict[str, Any]], end: dict[str, Any] | None, flat: float
 ) -> str:
@@ -173,15 +181,7 @@ def summary(
     for name in processes(samples):
         rss, anon = rss_mb(name), rss_mb(name, "anon_kb")
         per10 = j.per_10min(rss)
-        verdict = (
-            "-"
-            if per10 is None
-            else "**grows**"
-            if per10 > flat
-            else "falls"
-            if per10 < -flat
-            else "flat"
-        )
+        verdict = _verdict(per10, flat)
         cells = [name]
         for get in (rss, anon):
             at_start = series(first, get)[1]
