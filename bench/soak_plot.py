@@ -1,9 +1,10 @@
 """Plot a soak run (``soak.py`` JSON lines) and judge whether memory stayed flat.
 
-The plot: RSS per process over time, with the node's legitimate state (sessions,
-retained messages) on a second axis; below it the other state series (subscriptions,
-queues, queued messages, gossip tombstones), where growth that RSS alone does not explain
-shows up. The drain and settle phases after the load are shaded.
+The plot: RSS per process over time, with the node's legitimate state on a second axis
+(persistent sessions, how many of them the clients entitle it to hold, retained
+messages); below it the other state series (subscriptions, queues, queued messages,
+gossip tombstones), where growth that RSS alone does not explain shows up. The drain and
+settle phases after the load are shaded.
 
 The summary (markdown, to stdout or ``--summary``): when the working set was reached (the
 first sample whose persistent-session count is within 10 % of its median over the
@@ -87,6 +88,11 @@ def rss_mb(name: str, kind: str = "rss_kb") -> Any:
 
 def state(key: str) -> Any:
     return lambda s: s.get("state", {}).get(key)
+
+
+def expected(s: dict[str, Any]) -> Any:
+    """Persistent sessions the node is entitled to hold, as the clients count them."""
+    return s.get("load", {}).get("sessions_expected")
 
 
 def slope(xs: list[float], ys: list[float]) -> float | None:
@@ -195,12 +201,14 @@ def summary(
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "| state | at working set | end of load | after the load | slope per 10 min |"]
     out.append("|---|---:|---:|---:|---:|")
-    for key in (*COUNTS, *OTHER_STATE):
-        after = series(j.after, state(key))[1]
-        per10 = j.per_10min(state(key))
+    rows = [(key, state(key)) for key in (*COUNTS, *OTHER_STATE)]
+    rows.insert(1, ("persistent sessions entitled (clients' count)", expected))
+    for key, get in rows:
+        after = series(j.after, get)[1]
+        per10 = j.per_10min(get)
         out.append(
-            f"| {key} | {_fmt(j.value_at(state(key), ws), 0)} "
-            f"| {_fmt(j.value_at(state(key), j.load_end), 0)} "
+            f"| {key} | {_fmt(j.value_at(get, ws), 0)} "
+            f"| {_fmt(j.value_at(get, j.load_end), 0)} "
             f"| {_fmt(after[-1] if after else None, 0)} | {_fmt(per10, 1, sign=True)} |"
         )
     if end is not None:
@@ -234,6 +242,9 @@ def plot(start: dict[str, Any], samples: list[dict[str, Any]], png: Path) -> Non
     for key, style in zip(COUNTS, (":", "-."), strict=True):
         xs, ys = series(samples, state(key))
         counts.plot(xs, ys, color="grey", linestyle=style, linewidth=1.2, label=f"{key} (right)")
+    xs, ys = series(samples, expected)
+    if xs:
+        counts.plot(xs, ys, color="black", linestyle=":", linewidth=1.0, label="entitled (right)")
     counts.set_ylabel("persistent sessions / retained messages")
     lines = top.get_legend_handles_labels()
     more = counts.get_legend_handles_labels()

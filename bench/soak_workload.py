@@ -23,6 +23,7 @@ created per expiry period, retained messages <= 200, subscriptions and queued me
 from __future__ import annotations
 
 import asyncio
+import heapq
 import random
 import time
 from collections import Counter
@@ -58,6 +59,7 @@ class Stats:
     session_present: int = 0
     subscribes: int = 0
     unsubscribes: int = 0
+    abrupt_closes: int = 0
     published: Counter[str] = field(default_factory=Counter)
     received: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
@@ -65,14 +67,29 @@ class Stats:
     inbox_received: set[str] = field(default_factory=set)
     inbox_dups: int = 0
     seq: int = 0
+    cycles_by_kind: Counter[str] = field(default_factory=Counter)
+    inboxes_held: int = 0  # persistent sessions of returning clients
+    vanished_until: list[float] = field(default_factory=list)  # heap: when each may expire
+
+    def expected_sessions(self) -> int:
+        """Persistent sessions the node is entitled to hold now: the returning clients'
+        and the vanishing ones not yet past their expiry (``registry.expiry_check_interval``
+        and a cycle's timing make the node's count trail this by a few)."""
+        now = time.monotonic()
+        while self.vanished_until and self.vanished_until[0] <= now:
+            heapq.heappop(self.vanished_until)
+        return self.inboxes_held + len(self.vanished_until)
 
     def load(self) -> dict[str, Any]:
         return {
+            "sessions_expected": self.expected_sessions(),
+            "cycles_by_kind": dict(self.cycles_by_kind),
             "cycles": self.cycles,
             "connects": self.connects,
             "session_present": self.session_present,
             "subscribes": self.subscribes,
             "unsubscribes": self.unsubscribes,
+            "abrupt_closes": self.abrupt_closes,
             "published": dict(self.published),
             "received": dict(self.received),
             "errors": dict(self.errors),
@@ -197,14 +214,17 @@ class Workload:
         p, st, rng = self.plan, self.stats, client.rng
         conn = await open_connection(p.host, p.port, client.version, self._on_message, p.timeout)
         try:
-            present = await conn.handshake(
-                client.client_id(p), client.clean, client.expiry(p), p.timeout
-            )
+            expiry = client.expiry(p)
+            present = await conn.handshake(client.client_id(p), client.clean, expiry, p.timeout)
             st.connects += 1
             st.session_present += present
+            if client.kind == "vanishing":  # 3.1.1 sessions get persistent_client_expiration
+                lasts = expiry if client.version >= 5 else p.expiry
+                heapq.heappush(st.vanished_until, time.monotonic() + lasts + p.timeout)
             if client.kind == "persistent" and not client.inbox_ready:
                 await conn.subscribe([p.topic("in", client.index)], 1, p.timeout)
                 client.inbox_ready = True
+                st.inboxes_held += 1
             filters = self._filters(rng, exact=client.kind == "vanishing")
             await conn.subscribe(filters, rng.choice((0, 1)), p.timeout)
             st.subscribes += 1
@@ -215,12 +235,13 @@ class Workload:
             await self._unsubscribe(conn, client, filters)
             if rng.random() < 0.1:
                 conn.abort()
-                st.published["abrupt_closes"] += 1
+                st.abrupt_closes += 1
             else:
                 await conn.disconnect(p.timeout)
         finally:
             conn.abort()
         st.cycles += 1
+        st.cycles_by_kind[client.kind] += 1
 
     async def _unsubscribe(self, conn: Connection, client: Client, filters: list[str]) -> None:
         """A persistent session drops every filter but its inbox (also those a failed cycle
@@ -278,6 +299,7 @@ class Workload:
             async with sem:
                 try:
                     await self._end_session(client, conn)
+                    self.stats.inboxes_held -= 1
                 except (MqttError, OSError, TimeoutError) as exc:
                     self.stats.errors[f"drain: {_error_kind(exc)}"] += 1
 

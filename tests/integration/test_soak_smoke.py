@@ -65,6 +65,7 @@ def test_short_soak_is_well_formed_and_restarts_nothing(soak_node: Node, tmp_pat
         assert "subscriptions" in s["state"] and "msgstore_queues" in s["state"]
     assert max(s["state"]["sessions"] for s in samples) > 0
     assert end["load"]["cycles"] > 50 and end["load"]["inbox_acked"] > 0
+    assert all(isinstance(s["load"]["sessions_expected"], int) for s in samples)
     assert end["lost"] == 0 and end["node_alive_at_end"]
     assert set(end["restarts"].values()) == {0}
 
