@@ -87,7 +87,19 @@ def rss_mb(name: str, kind: str = "rss_kb") -> Any:
 
 
 def state(key: str) -> Any:
+    if key == "sessions_persistent":
+        return persistent_sessions
     return lambda s: s.get("state", {}).get(key)
+
+
+def persistent_sessions(s: dict[str, Any]) -> Any:
+    """From session show; where its list was cut (10,000 rows), the registry's offline
+    sessions instead (its sessions less those online: nearly the same set)."""
+    st = s.get("state", {})
+    if "sessions_persistent" in st:
+        return st["sessions_persistent"]
+    total, online = st.get("registry_sessions"), st.get("registry_online")
+    return None if total is None or online is None else total - online
 
 
 def expected(s: dict[str, Any]) -> Any:
