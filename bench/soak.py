@@ -15,6 +15,11 @@ load, and an ``end`` line gives totals, errors and lost inbox messages.
     bench/soak.py --start --minutes 30 --settle 180              # a fresh node of its own
     bench/soak.py --port 1883 --http 8888 --minutes 5            # a running node
 
+A started node gets free ports (unless named) and must prove to be the one answering:
+the listener binds with SO_REUSEPORT, so a fixed port can be shared with another bench's
+node without an error. Each sample also records the connections the clients hold, so
+connections from anyone else show up as the node's count above it.
+
 With ``--start`` the node (``persistent_client_expiration = --expiry``, plus ``--set``
 lines) runs in its own process group and is stopped by its pid at the end; a running node
 is only read (``/proc``, its HTTP endpoints), never signalled. Every phase is bounded in
@@ -30,6 +35,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from soak_sample import NodeHttp, sample_node
+from soak_sample import NodeHttp, processes, sample_node
 from soak_workload import Plan, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +84,13 @@ class StartedNode:
                 self.stop()
                 raise SystemExit(f"node did not become healthy; see {self.base / 'node.out'}")
             time.sleep(0.2)
+        answering = processes(http.json("/status")).get("supervisor")
+        if self.proc.poll() is not None or answering != self.proc.pid:
+            self.stop()
+            raise SystemExit(
+                f"the node answering on port {http.base} is not ours (supervisor {answering}, "
+                f"ours {self.proc.pid}): another node holds the port"
+            )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -195,12 +208,18 @@ async def run(args: argparse.Namespace, plan: Plan, out: TextIO) -> dict[str, An
     }
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="length of the churn")
     ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--port", type=int, default=23883, help="the node's MQTT port")
-    ap.add_argument("--http", type=int, default=23888, help="the node's HTTP port")
+    ap.add_argument("--port", type=int, help="the node's MQTT port (--start: a free one)")
+    ap.add_argument("--http", type=int, help="the node's HTTP port (--start: a free one)")
     ap.add_argument("--out", type=Path, help="JSON lines (default bench/results/soak-<ts>.jsonl)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
@@ -214,6 +233,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dir", type=Path, help="the started node's directory (default: a temp dir)")
     ap.add_argument("--set", action="append", default=[], help="extra conf line for --start")
     args = ap.parse_args(argv)
+    if not args.start and (args.port is None or args.http is None):
+        ap.error("--port and --http name the running node to drive (or --start one)")
+    if args.start:  # never a fixed port: another bench's node may hold it (SO_REUSEPORT)
+        args.port = args.port or _free_port()
+        args.http = args.http or _free_port()
     if args.sleep_max + 4 * args.timeout >= args.expiry:
         ap.error(
             "--sleep-max + 4 x --timeout must stay under --expiry: persistent clients "

@@ -2,7 +2,8 @@
 
 The plot: RSS per process over time, with the node's legitimate state on a second axis
 (persistent sessions, how many of them the clients entitle it to hold, retained
-messages); below it the other state series (subscriptions, queues, queued messages,
+messages); below it the anonymous part of each RSS (the heap, without mapped files such
+as an LMDB map); below that the other state series (subscriptions, queues, queued messages,
 gossip tombstones), where growth that RSS alone does not explain shows up. The drain and
 settle phases after the load are shaded.
 
@@ -127,6 +128,11 @@ class Judged:
         self.load_end = self.load[-1]["t"] / 60 if self.load else 0.0
         self.window = [s for s in self.load if s["t"] / 60 >= self.load_end / 2]
         self.working_set_at = self._working_set()
+        # levelled: over the judged window the persistent sessions move by less than 10 %
+        # of their median per 10 minutes
+        late = series(self.window, state(COUNTS[0]))[1]
+        rise = self.per_10min(state(COUNTS[0]))
+        self.levelled = bool(late) and rise is not None and rise <= 0.1 * statistics.median(late)
 
     def _working_set(self) -> float | None:
         _, late = series(self.window, state(COUNTS[0]))
@@ -155,6 +161,26 @@ def _fmt(v: float | None, digits: int = 1, sign: bool = False) -> str:
     return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
 
 
+def _foreign(samples: list[dict[str, Any]]) -> list[str]:
+    """A warning when the node had connections beyond the clients' own (someone else's load
+    on the same node); from the samples that record what the clients hold."""
+    extra = [
+        (s["state"]["connections"] - s["load"]["open_connections"], s["t"] / 60)
+        for s in samples
+        if s["phase"] == "load"
+        and isinstance(s.get("state", {}).get("connections"), int | float)
+        and "open_connections" in s.get("load", {})
+    ]
+    worst = max(extra, default=(0.0, 0.0))
+    if worst[0] <= 50:
+        return []
+    return [
+        "",
+        f"**Warning:** the node had up to {worst[0]:.0f} connections beyond the clients' own "
+        f"(at {worst[1]:.1f} min): something else was connected to it during the load.",
+    ]
+
+
 def _verdict(per10: float | None, flat: float) -> str:
     if per10 is None:
         return "-"
@@ -179,15 +205,28 @@ def summary(
         "",
     ]
     ws = j.working_set_at
+    window = (
+        f"Slopes are least squares over the second half of the load, "
+        f"{j.load_end / 2:.1f}-{j.load_end:.1f} min ({len(j.window)} samples); flat = within "
+        f"{flat} MB per 10 min."
+    )
     if ws is None:
-        out.append("Working set: not reached (too few samples).")
-    else:
+        out.append("Working set: too few samples to tell. " + window)
+    elif j.levelled:
         sessions = j.value_at(state(COUNTS[0]), ws)
         out.append(
-            f"Working set reached at {ws:.1f} min ({sessions:.0f} persistent sessions); "
-            "slopes are least "
-            f"squares over the second half of the load, {j.load_end / 2:.1f}-{j.load_end:.1f} min "
-            f"({len(j.window)} samples); flat = within {flat} MB per 10 min."
+            f"Working set reached at {ws:.1f} min ({sessions:.0f} persistent sessions). " + window
+        )
+    else:
+        at_end = j.value_at(state(COUNTS[0]), j.load_end)
+        entitled = j.value_at(expected, j.load_end)
+        out.append(
+            "**Working set not reached:** persistent sessions still rose "
+            f"{j.per_10min(state(COUNTS[0])):+.0f} per 10 min over the judged window "
+            f"({_fmt(at_end, 0)} at the end of the load"
+            + (f", against {entitled:.0f} the clients entitle the node to" if entitled else "")
+            + "). RSS slopes then include the growth of that state. "
+            + window
         )
     out += [
         "",
@@ -223,6 +262,7 @@ def summary(
             f"| {_fmt(j.value_at(get, j.load_end), 0)} "
             f"| {_fmt(after[-1] if after else None, 0)} | {_fmt(per10, 1, sign=True)} |"
         )
+    out += _foreign(samples)
     if end is not None:
         load = end.get("load", {})
         out += [
@@ -243,13 +283,17 @@ def plot(start: dict[str, Any], samples: list[dict[str, Any]], png: Path) -> Non
     import matplotlib.pyplot as plt
 
     j = Judged(samples)
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(11, 8), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    fig, (top, middle, bottom) = plt.subplots(
+        3, 1, figsize=(11, 11), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]}
     )
     for name in processes(samples):
+        style = "--" if "." in name else "-"
         xs, ys = series(samples, rss_mb(name))
-        top.plot(xs, ys, label=name, linewidth=1.2, linestyle="--" if "." in name else "-")
+        top.plot(xs, ys, label=name, linewidth=1.2, linestyle=style)
+        xs, ys = series(samples, rss_mb(name, "anon_kb"))
+        middle.plot(xs, ys, label=name, linewidth=1.2, linestyle=style)
     top.set_ylabel("RSS (MB)")
+    middle.set_ylabel("anonymous RSS (MB)")
     counts = top.twinx()
     for key, style in zip(COUNTS, (":", "-."), strict=True):
         xs, ys = series(samples, state(key))
@@ -270,8 +314,8 @@ def plot(start: dict[str, Any], samples: list[dict[str, Any]], png: Path) -> Non
     bottom.set_ylabel("count (log above 10)")
     bottom.set_xlabel("minutes")
     bottom.legend(loc="upper left", fontsize=8, ncol=3)
-    for ax in (top, bottom):
-        if j.working_set_at is not None:
+    for ax in (top, middle, bottom):
+        if j.working_set_at is not None and j.levelled:
             ax.axvline(j.working_set_at, color="black", linewidth=0.8, linestyle=":")
         if j.after:
             ax.axvspan(j.load_end, j.after[-1]["t"] / 60, color="0.9", zorder=0)
@@ -294,8 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--png", type=Path, help="write the plot here")
     ap.add_argument("--summary", type=Path, help="write the summary here (default: stdout)")
     ap.add_argument("--flat", type=float, default=1.0, help="MB per 10 min still called flat")
+    ap.add_argument("--until", type=float, help="leave out the samples after this minute")
     args = ap.parse_args(argv)
     start, samples, end = load(args.jsonl)
+    if args.until is not None:
+        samples = [s for s in samples if s["t"] <= args.until * 60]
     if not samples:
         print(f"{args.jsonl}: no samples", file=sys.stderr)
         return 2

@@ -60,6 +60,7 @@ class Stats:
     subscribes: int = 0
     unsubscribes: int = 0
     abrupt_closes: int = 0
+    open_connections: int = 0  # held by the clients now (the drain's not counted)
     published: Counter[str] = field(default_factory=Counter)
     received: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
@@ -83,6 +84,7 @@ class Stats:
     def load(self) -> dict[str, Any]:
         return {
             "sessions_expected": self.expected_sessions(),
+            "open_connections": self.open_connections,
             "cycles_by_kind": dict(self.cycles_by_kind),
             "cycles": self.cycles,
             "connects": self.connects,
@@ -213,6 +215,7 @@ class Workload:
     async def cycle(self, client: Client) -> None:
         p, st, rng = self.plan, self.stats, client.rng
         conn = await open_connection(p.host, p.port, client.version, self._on_message, p.timeout)
+        st.open_connections += 1
         try:
             expiry = client.expiry(p)
             present = await conn.handshake(client.client_id(p), client.clean, expiry, p.timeout)
@@ -240,6 +243,7 @@ class Workload:
                 await conn.disconnect(p.timeout)
         finally:
             conn.abort()
+            st.open_connections -= 1
         st.cycles += 1
         st.cycles_by_kind[client.kind] += 1
 
