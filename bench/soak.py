@@ -159,13 +159,18 @@ class Sampler:
         self.out.flush()
         return rec
 
-    async def every(self, interval: float, until: float, phase: str) -> None:
-        while time.monotonic() < until:
+    async def every(
+        self, interval: float, until: float, phase: str, task: asyncio.Task[Any] | None = None
+    ) -> None:
+        """Sample every ``interval`` seconds until ``until``, or until ``task`` is done."""
+        while time.monotonic() < until and not (task and task.done()):
             start = time.monotonic()
             await self.sample(phase)
             left = min(until - time.monotonic(), interval - (time.monotonic() - start))
             if left > 0:
-                await asyncio.sleep(left)
+                await asyncio.wait(
+                    [task or asyncio.ensure_future(asyncio.sleep(left))], timeout=left
+                )
 
 
 async def run(args: argparse.Namespace, plan: Plan, out: TextIO) -> dict[str, Any]:
@@ -183,7 +188,7 @@ async def run(args: argparse.Namespace, plan: Plan, out: TextIO) -> dict[str, An
     await asyncio.gather(*pending, return_exceptions=True)
     await sampler.sample("load")
     drain = asyncio.create_task(workload.drain(args.drain))
-    await sampler.every(args.interval, time.monotonic() + args.drain + 5, "drain")
+    await sampler.every(args.interval, time.monotonic() + args.drain + 5, "drain", drain)
     await drain
     try:
         await workload.clear_retained()

@@ -335,9 +335,8 @@ class Workload:
         conn = await open_connection(p.host, p.port, 4, self._on_message, p.timeout)
         try:
             await conn.handshake(f"soak-{p.tag}-cleanup", True, 0, p.timeout)
-            for a in range(TOPIC_A):
-                for b in range(TOPIC_B):
-                    await conn.publish1(p.topic("r", a, b), b"", True, p.timeout)
+            topics = [p.topic("r", a, b) for a in range(TOPIC_A) for b in range(TOPIC_B)]
+            await asyncio.gather(*(conn.publish1(t, b"", True, p.timeout) for t in topics))
             await conn.disconnect(p.timeout)
         finally:
             conn.abort()
