@@ -133,6 +133,8 @@ class Judged:
         late = series(self.window, state(COUNTS[0]))[1]
         rise = self.per_10min(state(COUNTS[0]))
         self.levelled = bool(late) and rise is not None and rise <= 0.1 * statistics.median(late)
+        if not self.levelled:
+            self.working_set_at = None
 
     def _working_set(self) -> float | None:
         _, late = series(self.window, state(COUNTS[0]))
@@ -210,13 +212,13 @@ def summary(
         f"{j.load_end / 2:.1f}-{j.load_end:.1f} min ({len(j.window)} samples); flat = within "
         f"{flat} MB per 10 min."
     )
-    if ws is None:
-        out.append("Working set: too few samples to tell. " + window)
-    elif j.levelled:
+    if ws is not None:
         sessions = j.value_at(state(COUNTS[0]), ws)
         out.append(
             f"Working set reached at {ws:.1f} min ({sessions:.0f} persistent sessions). " + window
         )
+    elif j.per_10min(state(COUNTS[0])) is None:
+        out.append("Working set: too few samples to tell. " + window)
     else:
         at_end = j.value_at(state(COUNTS[0]), j.load_end)
         entitled = j.value_at(expected, j.load_end)
@@ -315,7 +317,7 @@ def plot(start: dict[str, Any], samples: list[dict[str, Any]], png: Path) -> Non
     bottom.set_xlabel("minutes")
     bottom.legend(loc="upper left", fontsize=8, ncol=3)
     for ax in (top, middle, bottom):
-        if j.working_set_at is not None and j.levelled:
+        if j.working_set_at is not None:
             ax.axvline(j.working_set_at, color="black", linewidth=0.8, linestyle=":")
         if j.after:
             ax.axvspan(j.load_end, j.after[-1]["t"] / 60, color="0.9", zorder=0)
