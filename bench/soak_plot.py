@@ -243,12 +243,12 @@ def summary(
         verdict = _verdict(per10, flat)
         cells = [name]
         for get in (rss, anon):
-            at_start = series(first, get)[1]
-            at_end = series(last_load, get)[1]
+            begin = series(first, get)[1]
+            loaded = series(last_load, get)[1]
             after = series(j.after, get)[1]
-            cells += [_fmt(at_start[0] if at_start else None)]
+            cells += [_fmt(begin[0] if begin else None)]
             cells += [_fmt(j.value_at(get, ws))] if get is rss else []
-            cells += [_fmt(at_end[-1] if at_end else None), _fmt(after[-1] if after else None)]
+            cells += [_fmt(loaded[-1] if loaded else None), _fmt(after[-1] if after else None)]
             cells += [_fmt(j.per_10min(get), 2, sign=True)]
             cells += [verdict] if get is rss else []
         out.append("| " + " | ".join(cells) + " |")
