@@ -6,7 +6,6 @@ collide with when several nodes or test runs share a machine, and faster than TC
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -142,17 +141,39 @@ def rpc_failed_as(target: str, method: str, code: str, reason: str, level: str =
 
 
 class Pacer:
-    """Batches on a long-lived stream leave at most every ``window`` seconds: when the last
-    one left moments ago (busy), the next waits for the rest of the window and so carries
-    more; when idle it leaves at once. Used on both sides of ``Registry.Connections``."""
+    """When the next batch may leave a long-lived stream: self-clocked, with no timer.
 
-    def __init__(self, window: float) -> None:
-        self.window = window
-        self._last = 0.0
+    A batch leaves at once when none is in flight (idle: nothing to wait for, so waiting
+    would be pure latency). While ``max_inflight`` batches are unanswered (busy), what is
+    submitted gathers and leaves as one batch when an answer comes back. The busier the
+    other side, the later its answers and the larger the batches: a stream message costs
+    each side about the same CPU however few ops it carries (``bench/rpc_cost.py``).
 
-    async def wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        early = self._last + self.window - loop.time()
-        if early > 0:
-            await asyncio.sleep(early)
-        self._last = loop.time()
+    Pure bookkeeping; the stream's sender waits for an answer when :meth:`may_send` is
+    False. Worked example (``max_inflight`` 1): op a arrives, the stream is idle, batch
+    [a] leaves; b and c arrive before its answer and gather; the answer comes, [b, c]
+    leaves. An answer that finds nothing in flight (a late result of an older batch)
+    is not banked: it never lets two batches leave on one answer.
+    """
+
+    __slots__ = ("_inflight", "max_inflight")
+
+    def __init__(self, max_inflight: int = 1) -> None:
+        self.max_inflight = max(1, max_inflight)
+        self._inflight = 0
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def may_send(self) -> bool:
+        """A batch may leave now (fewer than ``max_inflight`` are unanswered)."""
+        return self._inflight < self.max_inflight
+
+    def sent(self) -> None:
+        self._inflight += 1
+
+    def answered(self) -> None:
+        """The other side answered (one of) the batches in flight."""
+        if self._inflight:
+            self._inflight -= 1
