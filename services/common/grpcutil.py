@@ -141,39 +141,56 @@ def rpc_failed_as(target: str, method: str, code: str, reason: str, level: str =
 
 
 class Pacer:
-    """When the next batch may leave a long-lived stream: self-clocked, with no timer.
+    """When the next batch may leave a long-lived stream: at once when the stream is idle,
+    gathered while it is busy. Used on both sides of ``Registry.Connections``.
 
-    A batch leaves at once when none is in flight (idle: nothing to wait for, so waiting
-    would be pure latency). While ``max_inflight`` batches are unanswered (busy), what is
-    submitted gathers and leaves as one batch when an answer comes back. The busier the
-    other side, the later its answers and the larger the batches: a stream message costs
-    each side about the same CPU however few ops it carries (``bench/rpc_cost.py``).
+    Idle: no batch is in flight, and the last one carried no more than ``LONE`` ops or
+    left ``window`` ago. A client that connects alone has at most its CONNECT and its
+    previous connection's end on the stream, so it never waits for a timer. Busy: the
+    next batch waits for the answer to the one in flight (self-clocked), and while the
+    stream carries more than ``LONE`` ops a batch, also until ``window`` after the last
+    one left. A stream message costs each side about 0.3 ms of CPU however few ops it
+    carries (``bench/rpc_cost.py``), and a round trip alone gathers only a few ops of a
+    connect storm: the window is what keeps the storm's CPU on the handshakes.
 
-    Pure bookkeeping; the stream's sender waits for an answer when :meth:`may_send` is
-    False. Worked example (``max_inflight`` 1): op a arrives, the stream is idle, batch
-    [a] leaves; b and c arrive before its answer and gather; the answer comes, [b, c]
-    leaves. An answer that finds nothing in flight (a late result of an older batch)
-    is not banked: it never lets two batches leave on one answer.
+    Pure bookkeeping: the sender asks :meth:`delay` with the time, and waits for an answer
+    (None) or sleeps (> 0). Worked example (window 5 ms): op a arrives at an idle stream
+    and leaves at once; b and c arrive before a is answered and gather; the answer comes
+    and [b, c] leaves with it (two ops: still idle). Under a storm a batch of 30 leaves
+    at t: the next leaves once answered and not before t + 5 ms.
     """
 
-    __slots__ = ("_inflight", "max_inflight")
+    LONE = 2
 
-    def __init__(self, max_inflight: int = 1) -> None:
+    __slots__ = ("_inflight", "_last_ops", "_last_sent", "max_inflight", "window")
+
+    def __init__(self, window: float, max_inflight: int = 1) -> None:
+        self.window = window
         self.max_inflight = max(1, max_inflight)
         self._inflight = 0
+        self._last_sent = 0.0
+        self._last_ops = 0
 
     @property
     def inflight(self) -> int:
         return self._inflight
 
-    def may_send(self) -> bool:
-        """A batch may leave now (fewer than ``max_inflight`` are unanswered)."""
-        return self._inflight < self.max_inflight
+    def delay(self, now: float) -> float | None:
+        """How long the next batch gathers: None until an answer comes, else seconds
+        (0: it leaves now)."""
+        if self._inflight >= self.max_inflight:
+            return None
+        if self._last_ops <= self.LONE:
+            return 0.0
+        return max(0.0, self._last_sent + self.window - now)
 
-    def sent(self) -> None:
+    def sent(self, ops: int, now: float) -> None:
         self._inflight += 1
+        self._last_sent = now
+        self._last_ops = ops
 
     def answered(self) -> None:
-        """The other side answered (one of) the batches in flight."""
+        """The other side answered (one of) the batches in flight; an answer that finds
+        none in flight (a late result of an older batch) is not banked."""
         if self._inflight:
             self._inflight -= 1

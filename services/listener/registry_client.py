@@ -3,11 +3,12 @@
 A unary RPC per CONNECT costs more CPU on both sides than the rest of the connect path
 together, so registrations and disconnection reports travel over one long-lived stream.
 A batch leaves at once when none is in flight; while one is, the ops submitted meanwhile
-gather and leave together when the registry answers (:class:`grpcutil.Pacer
-<services.common.grpcutil.Pacer>`): no timer, so a lone CONNECT never waits, and under a
-connect storm batches grow with the registry's load. The registry answers every batch it
-reads at once, with the results of the ops that completed (an empty receipt if none did),
-and later results in completion order (each op carries an id).
+gather and leave together when the registry answers, and under a connect storm not before
+``_WINDOW`` after the previous batch (:class:`grpcutil.Pacer
+<services.common.grpcutil.Pacer>`): a client connecting alone never waits for a timer.
+The registry answers every batch it reads at once, with the results of the ops that
+completed (an empty receipt if none did), and later results in completion order (each op
+carries an id).
 
 When the stream breaks every unanswered op fails with :class:`RegistryUnavailable` (the
 client gets "server unavailable"), and the stream is reopened with backoff; while it is
@@ -29,6 +30,11 @@ import grpc
 from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 
+# s: under a connect storm a batch leaves at most this soon after the previous one. A
+# stream message costs each side some 0.3 ms of CPU however few ops it carries: at 1 ms a
+# storm spent a quarter to a third of the listener's CPU on them, and wider windows
+# starve the handshakes in flight. A stream that carries lone ops never waits for it.
+_WINDOW = 0.005
 LateRegister = Callable[[registry_pb2.RegisterRequest, registry_pb2.RegisterReply], None]
 Result = registry_pb2.ConnectionResult
 Done = Callable[["Result | RegistryUnavailable"], None]
@@ -166,21 +172,28 @@ class RegistryClient:
     async def _session(self) -> None:
         self._generation += 1
         generation = self._generation
-        pacer = Pacer()
+        pacer = Pacer(_WINDOW)
         answered = asyncio.Event()  # the registry answered: a batch may leave
+        loop = asyncio.get_running_loop()
 
         async def requests() -> AsyncIterator[registry_pb2.ConnectionOps]:
             while True:
                 await self._wake.wait()
-                while not pacer.may_send() and generation == self._generation:
-                    answered.clear()  # busy: gather until the registry answers
-                    await answered.wait()
+                while generation == self._generation:  # busy: gather
+                    wait = pacer.delay(loop.time())
+                    if wait is None:
+                        answered.clear()
+                        await answered.wait()
+                    elif wait > 0:
+                        await asyncio.sleep(wait)
+                    else:
+                        break
                 if generation != self._generation:
                     return  # a dead stream's writer must not take the new stream's ops
                 self._wake.clear()
                 if self._unsent:
                     ops, self._unsent = self._unsent, []
-                    pacer.sent()
+                    pacer.sent(len(ops), loop.time())
                     self.batches += 1
                     yield registry_pb2.ConnectionOps(ops=ops)
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from services.common.grpcutil import rpc_failed_as
+from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 from services.registry.records import from_pb_key, to_info
 from services.registry.registrar import RC_CLIENT_ID_INVALID, RC_UNSPECIFIED, Registrar
@@ -15,6 +15,7 @@ from services.registry.sessions import Connect
 from services.registry.watchers import WatchHub
 
 MAX_LISTED = 100_000  # Sessions with limit 0 lists at most this many
+RESULTS_WINDOW = 0.005  # s: as the listener's (registry_client._WINDOW), busy streams only
 
 
 class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc]
@@ -110,20 +111,28 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         sends its next batch when an answer comes back (``grpcutil.Pacer``), so the
         receipt keeps a slow op (a takeover, a persistent session's writes) from holding
         back the CONNECTs behind it. Results that come later leave with the next message,
-        and whatever completes while one is being written goes with the one after: a
-        message leaves at once when the stream is idle and gathers while it is busy. An op
-        that fails unexpectedly is logged and answered as failed, so the listener never
-        waits for an answer that cannot come.
+        and whatever completes while one is being written goes with the one after; under
+        a connect storm a message also waits for ``RESULTS_WINDOW`` after the previous one
+        (``grpcutil.Pacer``). An op that fails unexpectedly is logged and answered as
+        failed, so the listener never waits for an answer that cannot come.
         """
         await context.send_initial_metadata(())  # the listener knows the stream is up
         answers = _Answers()
         reader = asyncio.create_task(self._read(request_iterator, context, answers))
+        pacer = Pacer(RESULTS_WINDOW)
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 await answers.wake.wait()
+                wait = pacer.delay(loop.time())
+                if wait:
+                    await asyncio.sleep(wait)
                 answers.wake.clear()
                 if answers.due():
-                    yield answers.take()
+                    out = answers.take()
+                    pacer.sent(len(out.results), loop.time())
+                    yield out
+                    pacer.answered()  # written: the next one may leave
                 if reader.done():
                     reader.result()  # the stream failed: end this call with its error
                     return  # the listener closed its side; ops still running are unanswered
