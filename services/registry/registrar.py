@@ -12,6 +12,19 @@ Every change to a durable session reaches the disk (through the group commit of
 and an epoch is reserved on disk before it leaves the process. A clean session that
 replaces nothing costs no I/O at all (no queue, no directory record, no group commit):
 see :meth:`services.registry.sessions.Plan.steps`. Start-up is :mod:`recovery`'s.
+
+A registration runs its takeover first (the old connection's writes are in before the
+queue changes hands), then installs the session in the table and makes its writes at
+once rather than one after another: the queue's Open (or Delete), the session record,
+and the directory record, which is waited for only when it drops subscriptions (see
+:mod:`services.registry.directory`). If the queue or a waited-for directory write fails,
+the table gets its previous session back and the record is rewritten to match. What a
+crash right after the CONNACK cannot lose: the session record (the CONNACK promised its
+persistence and expiry) and the queue at the new epoch are on disk before the answer.
+A crash during the writes may leave the record written and the queue not: the client
+got no CONNACK, and its next CONNECT opens the queue at a newer epoch (a queue opened
+for a record never written is swept at restart, see :mod:`recovery`). A directory
+record not yet written is rewritten by the restart's recovery.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
+from services.registry.directory import DirectoryWriter
 from services.registry.engines.base import StoreError
 from services.registry.leadership import View, decide, replicas
 from services.registry.locks import KeyedLocks
@@ -90,6 +104,7 @@ class Registrar:
         self.view = View.single(settings.node)
         self.reserved = 0  # every epoch at or below this is reserved on disk
         self.locks = KeyedLocks()
+        self.directory = DirectoryWriter(backends.put_meta)
         self._waiters: dict[tuple[SessionKey, int], asyncio.Event] = {}
         self._registrations = metrics.counter(
             "registry_registrations_total", "Register calls by result.", ["result"]
@@ -129,23 +144,60 @@ class Registrar:
         async with self.locks.hold(c.key):
             plan = self.table.plan_register(c, self.clock())
             epoch = plan.session.epoch
+            writes: list[Step] = []
             try:
                 await self._reserve(epoch)
                 for step in plan.steps():
-                    await self._execute(step)
-            except BackendError as exc:
-                self.table.raise_epoch(exc.store_epoch)
-                return RegisterResult(False, reason=str(exc), reason_code=RC_SERVER_UNAVAILABLE)
+                    if isinstance(step, NotifyTakeover):
+                        await self._takeover(step)  # first: the old connection flushes
+                    else:
+                        writes.append(step)
             except StoreError as exc:
                 return self._store_failed("register", exc)
+            before = self.table.get(c.key)
             self.table.commit(plan)
-            try:
-                await self.committer.sync(c.key)
-            except StoreError as exc:
+            # The queue, the directory and the session record are independent writes: one
+            # round of them, not one after another. A failed queue or directory write
+            # undoes the registration (the record is written back as it was).
+            store_error, backend_error = await self._write_all(c.key, writes)
+            if backend_error is not None:
+                self.table.restore(c.key, epoch, before)
+                self.table.raise_epoch(backend_error.store_epoch)
+                with suppress(StoreError):  # logged by the committer's next caller
+                    await self.committer.sync(c.key)
+                return RegisterResult(
+                    False, reason=str(backend_error), reason_code=RC_SERVER_UNAVAILABLE
+                )
+            if store_error is not None:
                 # Not durable, so not live: no later CONNECT may wait on this connection.
                 self.table.disconnected(c.key, epoch, None, self.clock())
-                return self._store_failed("register", exc)
+                return self._store_failed("register", store_error)
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
+
+    async def _write_all(
+        self, key: SessionKey, steps: list[Step]
+    ) -> tuple[StoreError | None, BackendError | None]:
+        """Run ``steps`` and write ``key``'s current state to disk, all at once; the first
+        store error and the first backend error (any other error is raised)."""
+        if not steps:  # a clean session replacing nothing: no task, no suspension
+            try:
+                await self.committer.sync(key)
+            except StoreError as exc:
+                return exc, None
+            return None, None
+        outcomes = await asyncio.gather(
+            self.committer.sync(key), *(self._execute(s) for s in steps), return_exceptions=True
+        )
+        store_error: StoreError | None = None
+        backend_error: BackendError | None = None
+        for outcome in outcomes:
+            if isinstance(outcome, StoreError):
+                store_error = store_error or outcome
+            elif isinstance(outcome, BackendError):
+                backend_error = backend_error or outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return store_error, backend_error
 
     async def _reserve(self, epoch: int) -> None:
         if epoch > self.reserved:
@@ -168,7 +220,12 @@ class Registrar:
             await self._publish(step)
 
     async def _publish(self, step: PublishSession) -> None:
-        await self.backends.put_meta(self.directory_ops(step))
+        """Through the directory writer, in order. A record that drops no subscriptions
+        is not waited for (see :mod:`services.registry.directory`)."""
+        if step.drop_subs:
+            await self.directory.write(self.directory_ops(step))
+        else:
+            self.directory.send(self.directory_ops(step))
 
     def directory_ops(self, step: PublishSession) -> list[gossip_pb2.MetaOp]:
         if not step.directory:
@@ -272,16 +329,16 @@ class Registrar:
             if self.table.get(key) is not None:
                 return
             with suppress(BackendError):  # logged; dropped at the next restart's reconcile
-                await self.backends.put_meta(subs_ops([key]))
+                await self.directory.write(subs_ops([key]))
 
     async def _publish_offline(self, session: Session) -> None:
         async with self.locks.hold(session.key):
             current = self.table.get(session.key)
             if current is None or current.epoch != session.epoch or current.online:
                 return
-            # A failure is logged (rpc.failed); the directory catches up at the next change.
-            with suppress(BackendError):
-                await self._publish(PublishSession(current.key, current, drop_subs=False))
+            # Not waited for: a failure is logged (rpc.failed), and the directory catches up
+            # at the next change.
+            await self._publish(PublishSession(current.key, current, drop_subs=False))
 
     async def _end(self, session: Session, reason: str, drop_subs: bool = True) -> bool:
         """Delete an offline session's queue, subscriptions and record, then forget it.
@@ -337,6 +394,10 @@ class Registrar:
             await self.expire_due()
             with suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.settings.expiry_check_interval)
+
+    async def close(self) -> None:
+        """Finish the directory writes already made."""
+        await self.directory.close()
 
     def details(self) -> dict[str, object]:
         return {

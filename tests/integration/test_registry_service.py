@@ -53,6 +53,10 @@ class CallLog:
     fail_open: bool = False
     subs: dict[bytes, str] = field(default_factory=dict)  # gossip's subs: key -> owner node
     queues: dict[tuple[str, str], int] = field(default_factory=dict)  # the store's: -> epoch
+    puts_open: threading.Event = field(default_factory=threading.Event)  # clear: Puts hang
+
+    def __post_init__(self) -> None:
+        self.puts_open.set()
 
     def add(self, name: str, request: Any) -> None:
         with self.lock:
@@ -110,6 +114,7 @@ class FakeGossip(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         self.calls = calls
 
     def Put(self, request: Any, context: Any) -> Any:
+        self.calls.puts_open.wait(TIMEOUT)
         for op in request.ops:
             self.calls.add("Put", op)
         return gossip_pb2.PutReply(applied=len(request.ops))
@@ -619,3 +624,56 @@ def test_concurrent_connects_for_one_id_are_serialised_and_the_last_wins(
     info = node.session("cc")
     assert info.online and info.epoch == last.epoch and info.listener_id == last_listener
     assert [r.session_present for _, r in by_epoch] == [False] + [True] * (len(epochs) - 1)
+
+
+def test_a_resumed_session_does_not_wait_for_its_directory_record(
+    make_node: Callable[..., Node],
+) -> None:
+    """The record of a session that keeps its subscriptions is written behind the answer,
+    in order; one that drops them is written before it (the new session subscribes next)."""
+    node = make_node()
+    first = node.register("r1")
+    assert first.ok and subs_deleted(node.calls, "r1") == 1
+    assert node.disconnected("r1", first.epoch, session_expiry=NEVER)
+    wait_for(lambda: not session_records(node.calls, "r1")[-1].online, "the offline record")
+    node.calls.puts_open.clear()  # gossip stops answering
+    resumed = node.register("r1")
+    assert resumed.ok and resumed.session_present and resumed.epoch > first.epoch
+    assert not session_records(node.calls, "r1")[-1].online  # not written yet
+    node.calls.puts_open.set()
+    rec = wait_for(
+        lambda: (r := session_records(node.calls, "r1")[-1]).online and r, "the online record"
+    )
+    assert rec.epoch == resumed.epoch
+    node.calls.puts_open.clear()
+    result: dict[str, Any] = {}
+    fresh = threading.Thread(
+        target=lambda: result.update(
+            r=node.register("r1", proto_ver=5, session_expiry=60, clean_start=True)
+        )
+    )
+    fresh.start()
+    time.sleep(0.3)
+    assert fresh.is_alive()  # a clean start drops the subscriptions before it answers
+    node.calls.puts_open.set()
+    fresh.join(TIMEOUT)
+    assert result["r"].ok and not result["r"].session_present
+    assert subs_deleted(node.calls, "r1") == 2
+
+
+def test_a_failed_queue_open_leaves_the_session_as_it_was(make_node: Callable[..., Node]) -> None:
+    node = make_node()
+    first = node.register("f1")
+    assert node.disconnected("f1", first.epoch, session_expiry=NEVER)
+    node.calls.fail_open = True
+    refused = node.register("f1")
+    assert not refused.ok and refused.reason_code == 0x88
+    info = node.session("f1")
+    assert info is not None and info.epoch == first.epoch and not info.online
+    node.calls.fail_open = False
+    node.kill()  # what is on disk says the same
+    node.start()
+    info = node.session("f1")
+    assert info is not None and info.epoch == first.epoch and not info.online
+    again = node.register("f1")
+    assert again.ok and again.session_present and again.epoch > first.epoch

@@ -103,6 +103,28 @@ def test_commit_refuses_an_older_plan() -> None:
     assert current is not None and current.listener_id == "L2"
 
 
+def test_restore_undoes_a_commit_whose_writes_failed() -> None:
+    t = SessionTable(Policy())
+    old = registered(t, connect())
+    offline = t.disconnected(K, old.epoch, None, T0 + 1)
+    assert offline is not None and t.online == 0
+    plan = t.plan_register(connect(listener="L2"), T0 + 2)
+    assert t.commit(plan) and t.online == 1
+    assert t.restore(K, plan.session.epoch, offline)
+    assert t.get(K) == offline and t.online == 0
+    assert not t.restore(K, plan.session.epoch, None)  # nothing of that epoch to undo
+    assert t.get(K) == offline
+    assert registered(t, connect()).epoch > plan.session.epoch  # never issued again
+
+
+def test_restore_of_a_first_registration_forgets_the_id() -> None:
+    t = SessionTable(Policy())
+    plan = t.plan_register(connect(), T0)
+    assert t.commit(plan)
+    assert t.restore(K, plan.session.epoch, None)
+    assert t.get(K) is None and t.online == 0 and len(t) == 0
+
+
 # -- expiry policy ---------------------------------------------------------------------
 
 
