@@ -1,7 +1,7 @@
 """Running the session table: per-id serialisation, takeover waits, store and gossip calls.
 
-The pure :mod:`services.registry.sessions` decides; this module executes its steps in
-order with I/O. Registrations of one client id run one at a time under a per-id lock
+The pure :mod:`services.registry.sessions` decides; this module executes its steps with
+I/O. Registrations of one client id run one at a time under a per-id lock
 (FIFO, so the last CONNECT wins). A Disconnected never takes that lock to update the
 table: a Register holding it may be waiting for exactly that Disconnected (the answer to
 its takeover). Cleanup I/O after a Disconnected or an expiry does take the lock and
@@ -18,13 +18,23 @@ queue changes hands), then installs the session in the table and makes its write
 once rather than one after another: the queue's Open (or Delete), the session record,
 and the directory record, which is waited for only when it drops subscriptions (see
 :mod:`services.registry.directory`). If the queue or a waited-for directory write fails,
-the table gets its previous session back and the record is rewritten to match. What a
-crash right after the CONNACK cannot lose: the session record (the CONNACK promised its
-persistence and expiry) and the queue at the new epoch are on disk before the answer.
-A crash during the writes may leave the record written and the queue not: the client
-got no CONNACK, and its next CONNECT opens the queue at a newer epoch (a queue opened
-for a record never written is swept at restart, see :mod:`recovery`). A directory
-record not yet written is rewritten by the restart's recovery.
+the table gets its previous session back and the record is rewritten to match.
+
+Resuming a session that no connection holds answers after the session record alone:
+its queue's Open (:attr:`Plan.resumes_offline`) follows the answer, and any later queue
+call for the id waits for it. Nothing needs it first: it deletes no entry, the new
+connection's epoch is newer than the queue's so its reads, acks and marks pass the
+fence, and no older connection is left to fence out. Until it lands the queue keeps
+its offline length limit.
+
+What a crash right after the CONNACK must not lose, and does not: the session record,
+on disk before every answer (the CONNACK promised the session's persistence and
+expiry), and every entry of the queue, which no Open of a resumed session deletes; a
+queue that did not see the new epoch yet sees a newer one at the next registration.
+A crash during the writes may leave the record written and the queue not opened: that
+client got no CONNACK, and its next CONNECT opens the queue (a queue opened for a
+record never written is swept at restart, see :mod:`recovery`). A directory record not
+yet written is rewritten by the restart's recovery.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from services.registry.directory import DirectoryWriter
 from services.registry.engines.base import StoreError
 from services.registry.leadership import View, decide, replicas
 from services.registry.locks import KeyedLocks
+from services.registry.queue_calls import QueueCalls
 from services.registry.records import directory_ops, pb_key, subs_ops
 from services.registry.sessions import (
     US,
@@ -59,6 +70,7 @@ from services.registry.sessions import (
     Step,
     end_steps,
 )
+from services.registry.takeover import Takeovers
 from services.registry.watchers import WatchHub
 
 EPOCH_BLOCK = 1024  # epochs reserved on disk per write
@@ -105,14 +117,10 @@ class Registrar:
         self.reserved = 0  # every epoch at or below this is reserved on disk
         self.locks = KeyedLocks()
         self.directory = DirectoryWriter(backends.put_meta)
-        self._waiters: dict[tuple[SessionKey, int], asyncio.Event] = {}
+        self.queues = QueueCalls(backends, self._refused_behind)
+        self.takeovers = Takeovers(hub, settings.takeover_timeout, metrics)
         self._registrations = metrics.counter(
             "registry_registrations_total", "Register calls by result.", ["result"]
-        )
-        self._takeovers = metrics.counter("registry_takeovers_total", "Sessions taken over.")
-        self._takeover_timeouts = metrics.counter(
-            "registry_takeover_timeouts_total",
-            "Takeovers that went ahead without the old connection's Disconnected.",
         )
         self._stale = metrics.counter(
             "registry_stale_disconnects_total", "Disconnected reports for a replaced epoch."
@@ -145,11 +153,14 @@ class Registrar:
             plan = self.table.plan_register(c, self.clock())
             epoch = plan.session.epoch
             writes: list[Step] = []
+            behind: OpenQueue | None = None  # the queue Open made after the answer
             try:
                 await self._reserve(epoch)
                 for step in plan.steps():
                     if isinstance(step, NotifyTakeover):
                         await self._takeover(step)  # first: the old connection flushes
+                    elif isinstance(step, OpenQueue) and plan.resumes_offline:
+                        behind = step
                     else:
                         writes.append(step)
             except StoreError as exc:
@@ -172,7 +183,24 @@ class Registrar:
                 # Not durable, so not live: no later CONNECT may wait on this connection.
                 self.table.disconnected(c.key, epoch, None, self.clock())
                 return self._store_failed("register", store_error)
+            if behind is not None:
+                self.queues.open_behind(behind)
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
+
+    def _refused_behind(self, step: OpenQueue, exc: BackendError) -> None:
+        """The store refused a resumed session's epoch after its answer (it holds a newer
+        one, as after a registry that lost its disk): the connection's acks and marks
+        would be refused, so it is closed, as a takeover closes one."""
+        self.table.raise_epoch(exc.store_epoch)
+        current = self.table.get(step.key)
+        if current is not None and current.epoch == step.epoch and current.online:
+            command = registry_pb2.Takeover(
+                key=pb_key(step.key),
+                old_epoch=step.epoch,
+                new_epoch=exc.store_epoch,
+                new_node=self.settings.node,
+            )
+            self.hub.send(current.listener_id, registry_pb2.RegistryCommand(takeover=command))
 
     async def _write_all(
         self, key: SessionKey, steps: list[Step]
@@ -213,9 +241,9 @@ class Registrar:
         if isinstance(step, NotifyTakeover):
             await self._takeover(step)
         elif isinstance(step, OpenQueue):
-            await self.backends.open_queue(step)
+            await self.queues.open(step)
         elif isinstance(step, DeleteQueue):
-            await self.backends.delete_queue(step)
+            await self.queues.delete(step)
         else:
             await self._publish(step)
 
@@ -235,43 +263,10 @@ class Registrar:
         return directory_ops(step.key, step.session, step.drop_subs, nodes)
 
     async def _takeover(self, step: NotifyTakeover) -> None:
-        """Tell the old listener, then wait for its Disconnected, its stream's end, or time."""
         old = self.table.get(step.key)
         if old is None or old.epoch != step.old_epoch or not (old.online or old.recovered):
             return  # it went away while this registration waited for the lock
-        command = registry_pb2.RegistryCommand(
-            takeover=registry_pb2.Takeover(
-                key=pb_key(step.key),
-                old_epoch=step.old_epoch,
-                new_epoch=step.new_epoch,
-                new_node=step.new_node,
-            )
-        )
-        done = asyncio.Event()
-        self._waiters[(step.key, step.old_epoch)] = done
-        try:
-            watcher = self.hub.send(step.listener_id, command)
-            if watcher is None and not old.online:
-                return  # recovered after a restart, and its listener is gone: nothing to close
-            self._takeovers.inc()
-            log.emit(
-                "session.takeover",
-                client_id=step.key[1],
-                mountpoint=step.key[0],
-                old_node=old.node,
-                new_node=step.new_node,
-                epoch=step.new_epoch,
-            )
-            if watcher is None:
-                _unanswered(step, "no watch stream", 0.0)
-                return
-            answered = await _first(done, watcher.closed, self.settings.takeover_timeout)
-            if not answered:
-                self._takeover_timeouts.inc()
-                _unanswered(step, "timeout", self.settings.takeover_timeout)
-        finally:
-            if self._waiters.get((step.key, step.old_epoch)) is done:
-                del self._waiters[(step.key, step.old_epoch)]
+        await self.takeovers.run(step, old)
 
     # -- disconnection and expiry -------------------------------------------------
 
@@ -293,24 +288,22 @@ class Registrar:
             and current.epoch == epoch
             and current.online
             and current.persistent
-            and (key, epoch) not in self._waiters
+            and not self.takeovers.waited_for(key, epoch)
         ):
             with suppress(BackendError):  # logged; the online limit stays until the next Open
-                await self.backends.limit_queue(key, epoch, self.table.policy.max_offline_messages)
+                await self.queues.limit(key, epoch, self.table.policy.max_offline_messages)
         session = self.table.disconnected(key, epoch, session_expiry, self.clock())
         if session is None:
             self._stale.inc()
             if drop_subs and self.table.get(key) is None:
                 await self._drop_unknown_subs(key)
             return False
-        waiter = self._waiters.pop((key, epoch), None)
-        if waiter is not None:
-            waiter.set()  # the waiting registration decides what becomes of the old state
+        taken_over = self.takeovers.ended(key, epoch)
         try:
             await self.committer.sync(key)
         except StoreError as exc:
             log.emit("store.error", "error", op="registry.disconnected", reason=str(exc))
-        if waiter is not None:
+        if taken_over:
             return True
         if session.persistent:
             await self._publish_offline(session)
@@ -396,7 +389,8 @@ class Registrar:
                 await asyncio.wait_for(stop.wait(), self.settings.expiry_check_interval)
 
     async def close(self) -> None:
-        """Finish the directory writes already made."""
+        """Finish the queue Opens and directory writes already made."""
+        await self.queues.close()
         await self.directory.close()
 
     def details(self) -> dict[str, object]:
@@ -406,30 +400,3 @@ class Registrar:
             "epoch": self.table.epoch,
             "watchers": self.hub.listeners(),
         }
-
-
-async def _first(done: asyncio.Event, closed: asyncio.Event, timeout: float) -> bool:
-    """Wait for either event; False on timeout."""
-    tasks = {asyncio.ensure_future(done.wait()), asyncio.ensure_future(closed.wait())}
-    try:
-        finished, _ = await asyncio.wait(
-            tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        for task in tasks:
-            task.cancel()
-    return bool(finished)
-
-
-def _unanswered(step: NotifyTakeover, reason: str, waited_s: float) -> None:
-    """The old connection did not confirm its end: the takeover goes ahead anyway."""
-    log.emit(
-        "session.takeover_unanswered",
-        "warning",
-        client_id=step.key[1],
-        mountpoint=step.key[0],
-        listener_id=step.listener_id,
-        epoch=step.new_epoch,
-        reason=reason,
-        waited_s=waited_s,
-    )

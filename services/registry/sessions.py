@@ -183,6 +183,13 @@ class Plan:
         prev = self.previous
         return prev if prev is not None and (prev.online or prev.recovered) else None
 
+    @property
+    def resumes_offline(self) -> bool:
+        """Resuming a session no connection holds: its queue's Open (not clean) deletes
+        no entry and fences out no live writer (the last one reported its end after its
+        writes were durable), so it may complete after the answer."""
+        return self.session_present and self.takeover is None
+
     def steps(self) -> list[Step]:
         """Takeover first (the old connection flushes), then the queue and the directory.
 

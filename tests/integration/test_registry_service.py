@@ -54,9 +54,12 @@ class CallLog:
     subs: dict[bytes, str] = field(default_factory=dict)  # gossip's subs: key -> owner node
     queues: dict[tuple[str, str], int] = field(default_factory=dict)  # the store's: -> epoch
     puts_open: threading.Event = field(default_factory=threading.Event)  # clear: Puts hang
+    opens_open: threading.Event = field(default_factory=threading.Event)  # clear: Opens hang
+    store_epoch: int = 0  # Opens below this epoch are refused, as by a store ahead of us
 
     def __post_init__(self) -> None:
         self.puts_open.set()
+        self.opens_open.set()
 
     def add(self, name: str, request: Any) -> None:
         with self.lock:
@@ -80,9 +83,14 @@ class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
         self.calls = calls
 
     def Open(self, request: Any, context: Any) -> Any:
+        self.calls.opens_open.wait(TIMEOUT)
         self.calls.add("Open", request)
         if self.calls.fail_open:
             context.abort(grpc.StatusCode.UNAVAILABLE, "fake store is down")
+        if request.epoch < self.calls.store_epoch:
+            return msgstore_pb2.QueueState(
+                key=request.key, exists=True, epoch=self.calls.store_epoch, error="stale epoch"
+            )
         if request.create:
             with self.calls.lock:
                 self.calls.queues[(request.key.mountpoint, request.key.client_id)] = request.epoch
@@ -666,10 +674,12 @@ def test_a_failed_queue_open_leaves_the_session_as_it_was(make_node: Callable[..
     first = node.register("f1")
     assert node.disconnected("f1", first.epoch, session_expiry=NEVER)
     node.calls.fail_open = True
-    refused = node.register("f1")
+    # a clean start opens a clean queue before it answers
+    refused = node.register("f1", proto_ver=5, session_expiry=60, clean_start=True)
     assert not refused.ok and refused.reason_code == 0x88
     info = node.session("f1")
     assert info is not None and info.epoch == first.epoch and not info.online
+    assert info.session_expiry == NEVER
     node.calls.fail_open = False
     node.kill()  # what is on disk says the same
     node.start()
@@ -677,3 +687,43 @@ def test_a_failed_queue_open_leaves_the_session_as_it_was(make_node: Callable[..
     assert info is not None and info.epoch == first.epoch and not info.online
     again = node.register("f1")
     assert again.ok and again.session_present and again.epoch > first.epoch
+
+
+def test_a_resumed_sessions_queue_opens_behind_the_answer_and_before_its_next_call(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node()
+    first = node.register("o1")
+    assert node.disconnected("o1", first.epoch, session_expiry=NEVER)
+    wait_for(lambda: node.calls.of("Open")[-1].max_len == 1000, "the offline limit")
+    node.calls.opens_open.clear()  # the store stops answering Opens
+    resumed = node.register("o1")
+    assert resumed.ok and resumed.session_present and resumed.persistent
+    ended = threading.Thread(
+        target=lambda: node.disconnected("o1", resumed.epoch, session_expiry=NEVER)
+    )
+    ended.start()
+    time.sleep(0.3)
+    assert ended.is_alive()  # its offline limit waits for the resume's Open
+    node.calls.opens_open.set()
+    ended.join(TIMEOUT)
+    opens = [(o.epoch, o.max_len, o.create) for o in node.calls.of("Open")[-2:]]
+    assert opens == [(resumed.epoch, 1020, True), (resumed.epoch, 1000, False)]
+
+
+def test_a_store_that_refuses_a_resumed_epoch_closes_its_connection(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node()
+    w = node.watch("L1")
+    first = node.register("z1")
+    assert node.disconnected("z1", first.epoch, session_expiry=NEVER)
+    node.calls.store_epoch = first.epoch + 1000  # the store saw epochs this registry lost
+    resumed = node.register("z1")
+    assert resumed.ok  # answered before the Open
+    command = w.next()
+    assert command.WhichOneof("command") == "takeover"
+    assert command.takeover.old_epoch == resumed.epoch
+    assert node.disconnected("z1", resumed.epoch, "L1", taken_over=True, session_expiry=NEVER)
+    node.calls.store_epoch = 0
+    assert node.register("z1").epoch > first.epoch + 1000

@@ -262,6 +262,22 @@ def test_a_recovered_session_is_still_notified() -> None:
     assert plan.session.epoch > old.epoch
 
 
+def test_only_a_session_nobody_holds_may_open_its_queue_behind_the_answer() -> None:
+    """Its queue Open deletes nothing and fences out no live writer; a takeover's does
+    (the old connection may still write), and a clean queue must be empty first."""
+    t = SessionTable(Policy())
+    old = registered(t, connect(expiry=60))
+    assert not t.plan_register(connect(expiry=60, listener="L2"), T0 + US).resumes_offline
+    t.disconnected(K, old.epoch, 60, T0 + 2 * US)
+    assert t.plan_register(connect(expiry=60), T0 + 3 * US).resumes_offline
+    assert not t.plan_register(connect(expiry=60, clean=True), T0 + 3 * US).resumes_offline
+    recovered = SessionTable(Policy())
+    recovered.load([old], T0 + 4 * US)  # online when the registry stopped: maybe still live
+    assert not recovered.plan_register(connect(expiry=60), T0 + 5 * US).resumes_offline
+    fresh = SessionTable(Policy())
+    assert not fresh.plan_register(connect(expiry=60), T0).resumes_offline
+
+
 # -- Disconnected --------------------------------------------------------------------
 
 
