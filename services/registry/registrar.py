@@ -9,7 +9,12 @@ re-checks the epoch, so it can never delete what a newer registration just creat
 
 Every change to a durable session reaches the disk (through the group commit of
 :class:`services.registry.committer.Committer`) before the RPC that caused it answers,
-and an epoch is reserved on disk before it leaves the process. A clean session that
+but the end of a connection, which is written with the next transaction (within
+``committer.BEHIND``): nobody waits for it, and a CONNECT right after it then waits for
+one transaction, not for that end's first. A crash that loses it loses the time of the
+end and a v5 DISCONNECT's new session expiry; the session itself is found offline
+anyway (the restart marks every session that was online offline). An epoch is reserved
+on disk before it leaves the process. A clean session that
 replaces nothing costs no I/O at all (no queue, no directory record, no group commit):
 see :meth:`services.registry.sessions.Plan.steps`. Start-up is :mod:`recovery`'s.
 
@@ -300,7 +305,7 @@ class Registrar:
             return False
         taken_over = self.takeovers.ended(key, epoch)
         try:
-            await self.committer.sync(key)
+            self.committer.write_behind(key)  # nobody waits for it: see the module's docstring
         except StoreError as exc:
             log.emit("store.error", "error", op="registry.disconnected", reason=str(exc))
         if taken_over:

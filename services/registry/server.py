@@ -43,10 +43,10 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             max_online_len=settings.max_online_len,
         )
     )
-    committer = Committer(store, table.get, (s.key for s in sessions))
+    metrics = MetricsRegistry()
+    committer = Committer(store, table.get, (s.key for s in sessions), metrics)
     backends = Backends(settings.msgstore_address, settings.gossip_address, settings.rpc_timeout)
     hub = WatchHub()
-    metrics = MetricsRegistry()
     registrar = Registrar(settings, table, committer, backends, hub, metrics)
     serving = False
     server = create_server()
