@@ -144,20 +144,21 @@ class Pacer:
     """When the next batch may leave a long-lived stream: at once when the stream is idle,
     gathered while it is busy. Used on both sides of ``Registry.Connections``.
 
-    Idle: no batch is in flight, and the last one carried no more than ``LONE`` ops or
-    left ``window`` ago. A client that connects alone has at most its CONNECT and its
-    previous connection's end on the stream, so it never waits for a timer. Busy: the
-    next batch waits for the answer to the one in flight (self-clocked), and while the
-    stream carries more than ``LONE`` ops a batch, also until ``window`` after the last
-    one left. A stream message costs each side about 0.3 ms of CPU however few ops it
+    Idle (the last batch carried no more than ``LONE`` ops): a batch leaves at once when
+    none is in flight, and what arrives while one is gathers until it is answered. A
+    client that connects alone has at most its CONNECT and its previous connection's end
+    on the stream, so it never waits for a timer. Busy (the last batch carried more): a
+    connect storm. Batches leave ``window`` apart, answered or not, as many in flight as
+    that makes: a stream message costs each side about 0.3 ms of CPU however few ops it
     carries (``bench/rpc_cost.py``), and a round trip alone gathers only a few ops of a
-    connect storm: the window is what keeps the storm's CPU on the handshakes.
+    storm, while waiting for answers as well would hold 200 handshakes in parallel to
+    the other side's round trip when it is slower than the window.
 
     Pure bookkeeping: the sender asks :meth:`delay` with the time, and waits for an answer
     (None) or sleeps (> 0). Worked example (window 5 ms): op a arrives at an idle stream
     and leaves at once; b and c arrive before a is answered and gather; the answer comes
-    and [b, c] leaves with it (two ops: still idle). Under a storm a batch of 30 leaves
-    at t: the next leaves once answered and not before t + 5 ms.
+    and [b, c] leaves with it (two ops: still idle). A storm's batch of 30 leaves at t;
+    the next leaves at t + 5 ms.
     """
 
     LONE = 2
@@ -178,11 +179,11 @@ class Pacer:
     def delay(self, now: float) -> float | None:
         """How long the next batch gathers: None until an answer comes, else seconds
         (0: it leaves now)."""
+        if self._last_ops > self.LONE:
+            return max(0.0, self._last_sent + self.window - now)
         if self._inflight >= self.max_inflight:
             return None
-        if self._last_ops <= self.LONE:
-            return 0.0
-        return max(0.0, self._last_sent + self.window - now)
+        return 0.0
 
     def sent(self, ops: int, now: float) -> None:
         self._inflight += 1

@@ -32,16 +32,19 @@ def test_a_client_connecting_alone_never_waits_for_the_window() -> None:
         now += 0.0003
 
 
-def test_a_busy_stream_waits_for_the_window_after_the_last_batch() -> None:
+def test_a_busy_stream_sends_a_window_apart_answered_or_not() -> None:
     p = Pacer(W)
     p.sent(30, 1.0)
-    assert p.delay(1.001) is None
+    assert p.delay(1.001) == pytest.approx(0.004)  # in flight or not: the window
+    assert p.delay(1.006) == 0.0  # not answered yet, and it leaves: a storm's cadence
+    p.sent(12, 1.006)
+    assert p.inflight == 2
     p.answered()
-    assert p.delay(1.001) == pytest.approx(0.004)
-    assert p.delay(1.006) == 0.0
-    p.sent(1, 1.006)  # the storm is over: a lone op
     p.answered()
-    assert p.delay(1.0061) == 0.0
+    p.sent(1, 1.011)  # the storm is over: a lone op
+    assert p.delay(1.0111) is None  # idle again: the next gathers until the answer
+    p.answered()
+    assert p.delay(1.0111) == 0.0
 
 
 def test_an_answer_that_finds_nothing_in_flight_is_not_banked() -> None:
@@ -67,9 +70,9 @@ def test_max_inflight_bounds_the_batches_in_flight() -> None:
 @given(st.lists(st.sampled_from(["op", "answer", "tick"]), max_size=300))
 def test_a_storm_gathers_while_busy_and_loses_no_op(events: list[str]) -> None:
     """Drive a stream: ops arrive, answers come back, time passes (0.5 ms a tick). Every op
-    leaves in exactly one batch, in order; a batch leaves only with nothing in flight; a
-    batch that follows one of more than LONE ops leaves no sooner than the window after
-    it; and a batch that follows lone ops never waits for the clock."""
+    leaves in exactly one batch, in order; a batch that follows one of more than LONE
+    ops leaves no sooner than the window after it; a batch that follows lone ops leaves
+    only with nothing in flight, and never waits for the clock."""
     p = Pacer(W)
     now = 0.0
     gathered: list[int] = []
@@ -85,14 +88,16 @@ def test_a_storm_gathers_while_busy_and_loses_no_op(events: list[str]) -> None:
         elif event == "tick":
             now += 0.0005
         wait = p.delay(now)
+        busy = bool(batches) and len(batches[-1][1]) > Pacer.LONE
         if gathered and wait == 0.0:
-            assert inflight == 0
-            if batches and len(batches[-1][1]) > Pacer.LONE:
+            if busy:
                 assert now >= batches[-1][0] + W - 1e-12
+            else:
+                assert inflight == 0
             batches.append((now, gathered))
             gathered = []
             p.sent(len(batches[-1][1]), now)
             inflight += 1
-        elif gathered and inflight == 0 and (not batches or len(batches[-1][1]) <= Pacer.LONE):
+        elif gathered and inflight == 0 and not busy:
             raise AssertionError("a stream carrying lone ops waited for the clock")
     assert [op for _, b in batches for op in b] + gathered == list(range(1, ops + 1))
