@@ -10,6 +10,8 @@ microseconds, cycles per second, and the count of failures (a refused CONNACK or
 socket counts; the run goes on).
 
     python bench/connect_latency.py --port 1883 --count 2000 [--clean 0] [--publish]
+
+``bench/connect_latency.sh`` runs it against Mosquitto and a fresh ternmq node, for each cycle.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def main() -> int:
     ap.add_argument("--clean", type=int, default=1, choices=(0, 1))
     ap.add_argument("--publish", action="store_true", help="connect, publish QoS 1, disconnect")
     ap.add_argument("--ids", type=int, default=100, help="distinct client ids, used in turn")
+    ap.add_argument("--id-prefix", default="seq-", help="client ids are PREFIX0, PREFIX1, ...")
     ap.add_argument("--label", default="")
     ap.add_argument("--max-seconds", type=float, default=300.0)
     args = ap.parse_args()
@@ -106,7 +109,7 @@ def main() -> int:
     for i in range(args.warmup + args.count):
         if time.monotonic() > deadline:
             break
-        cid = f"seq-{i % args.ids}"
+        cid = f"{args.id_prefix}{i % args.ids}"
         try:
             c, w = cycle(args.host, args.port, cid, bool(args.clean), args.publish)
         except (OSError, ConnectionError) as exc:

@@ -6,7 +6,6 @@ collide with when several nodes or test runs share a machine, and faster than TC
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -142,17 +141,57 @@ def rpc_failed_as(target: str, method: str, code: str, reason: str, level: str =
 
 
 class Pacer:
-    """Batches on a long-lived stream leave at most every ``window`` seconds: when the last
-    one left moments ago (busy), the next waits for the rest of the window and so carries
-    more; when idle it leaves at once. Used on both sides of ``Registry.Connections``."""
+    """When the next batch may leave a long-lived stream: at once when the stream is idle,
+    gathered while it is busy. Used on both sides of ``Registry.Connections``.
 
-    def __init__(self, window: float) -> None:
+    Idle (the last batch carried no more than ``LONE`` ops): a batch leaves at once when
+    none is in flight, and what arrives while one is gathers until it is answered. A
+    client that connects alone has at most its CONNECT and its previous connection's end
+    on the stream, so it never waits for a timer. Busy (the last batch carried more): a
+    connect storm. Batches leave ``window`` apart, answered or not, as many in flight as
+    that makes: a stream message costs each side about 0.3 ms of CPU however few ops it
+    carries (``bench/rpc_cost.py``), and a round trip alone gathers only a few ops of a
+    storm, while waiting for answers as well would hold 200 handshakes in parallel to
+    the other side's round trip when it is slower than the window.
+
+    Pure bookkeeping: the sender asks :meth:`delay` with the time, and waits for an answer
+    (None) or sleeps (> 0). Worked example (window 5 ms): op a arrives at an idle stream
+    and leaves at once; b and c arrive before a is answered and gather; the answer comes
+    and [b, c] leaves with it (two ops: still idle). A storm's batch of 30 leaves at t;
+    the next leaves at t + 5 ms.
+    """
+
+    LONE = 2
+
+    __slots__ = ("_inflight", "_last_ops", "_last_sent", "max_inflight", "window")
+
+    def __init__(self, window: float, max_inflight: int = 1) -> None:
         self.window = window
-        self._last = 0.0
+        self.max_inflight = max(1, max_inflight)
+        self._inflight = 0
+        self._last_sent = 0.0
+        self._last_ops = 0
 
-    async def wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        early = self._last + self.window - loop.time()
-        if early > 0:
-            await asyncio.sleep(early)
-        self._last = loop.time()
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def delay(self, now: float) -> float | None:
+        """How long the next batch gathers: None until an answer comes, else seconds
+        (0: it leaves now)."""
+        if self._last_ops > self.LONE:
+            return max(0.0, self._last_sent + self.window - now)
+        if self._inflight >= self.max_inflight:
+            return None
+        return 0.0
+
+    def sent(self, ops: int, now: float) -> None:
+        self._inflight += 1
+        self._last_sent = now
+        self._last_ops = ops
+
+    def answered(self) -> None:
+        """The other side answered (one of) the batches in flight; an answer that finds
+        none in flight (a late result of an older batch) is not banked."""
+        if self._inflight:
+            self._inflight -= 1

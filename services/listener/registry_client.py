@@ -1,10 +1,14 @@
 """The listener's side of the registry's ``Connections`` stream: CONNECTs in batches.
 
 A unary RPC per CONNECT costs more CPU on both sides than the rest of the connect path
-together, so registrations and disconnection reports travel over one long-lived stream:
-the ops submitted while the previous batch was being written leave together as the next
-one (no timer: a lone CONNECT leaves at once), and the registry answers in batches the
-same way, in completion order (each op carries an id).
+together, so registrations and disconnection reports travel over one long-lived stream.
+A batch leaves at once when none is in flight; while one is, the ops submitted meanwhile
+gather and leave together when the registry answers; under a connect storm batches leave
+``_WINDOW`` apart (:class:`grpcutil.Pacer <services.common.grpcutil.Pacer>`). A client
+connecting alone never waits for a timer.
+The registry answers every batch it reads at once, with the results of the ops that
+completed (an empty receipt if none did), and later results in completion order (each op
+carries an id).
 
 When the stream breaks every unanswered op fails with :class:`RegistryUnavailable` (the
 client gets "server unavailable"), and the stream is reopened with backoff; while it is
@@ -26,13 +30,11 @@ import grpc
 from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 
-# s: a batch leaves at most this soon after the previous one. A stream message costs each
-# side some 0.3 ms of CPU (gRPC's threads and wake-ups; bench/rpc_cost.py) however few ops
-# it carries: at 1 ms a connect storm spent a quarter to a third of the listener's CPU on
-# them. 5 ms adds at most that to a CONNECT during a storm and nothing when idle (the first
-# batch after a pause leaves at once); wider windows starve the handshakes in flight.
+# s: under a connect storm a batch leaves at most this soon after the previous one. A
+# stream message costs each side some 0.3 ms of CPU however few ops it carries: at 1 ms a
+# storm spent a quarter to a third of the listener's CPU on them, and wider windows
+# starve the handshakes in flight. A stream that carries lone ops never waits for it.
 _WINDOW = 0.005
-
 LateRegister = Callable[[registry_pb2.RegisterRequest, registry_pb2.RegisterReply], None]
 Result = registry_pb2.ConnectionResult
 Done = Callable[["Result | RegistryUnavailable"], None]
@@ -71,6 +73,7 @@ class RegistryClient:
         self._unsent: list[registry_pb2.ConnectionOp] = []
         self._pending: dict[int, _Pending] = {}
         self._wake = asyncio.Event()  # ops are waiting to be sent
+        self.batches = 0  # ConnectionOps messages sent (a metric, and for tests)
         self._generation = 0  # which stream is current (an old one's writer may linger)
         self._tasks: list[asyncio.Task[None]] = []
         # Kept from start(): asyncio.get_running_loop() costs a getpid() on Python 3.11,
@@ -169,20 +172,29 @@ class RegistryClient:
     async def _session(self) -> None:
         self._generation += 1
         generation = self._generation
+        pacer = Pacer(_WINDOW)
+        answered = asyncio.Event()  # the registry answered: a batch may leave
+        loop = asyncio.get_running_loop()
 
         async def requests() -> AsyncIterator[registry_pb2.ConnectionOps]:
-            # gRPC asks for the next message only once the previous one is written: what
-            # was submitted meanwhile leaves as one batch, so batches grow with the load
-            # and a lone CONNECT still leaves at once.
-            pacer = Pacer(_WINDOW)
             while True:
                 await self._wake.wait()
-                await pacer.wait()
+                while generation == self._generation:  # busy: gather
+                    wait = pacer.delay(loop.time())
+                    if wait is None:
+                        answered.clear()
+                        await answered.wait()
+                    elif wait > 0:
+                        await asyncio.sleep(wait)
+                    else:
+                        break
                 if generation != self._generation:
                     return  # a dead stream's writer must not take the new stream's ops
                 self._wake.clear()
                 if self._unsent:
                     ops, self._unsent = self._unsent, []
+                    pacer.sent(len(ops), loop.time())
+                    self.batches += 1
                     yield registry_pb2.ConnectionOps(ops=ops)
 
         call = self.stub.Connections(requests())
@@ -192,6 +204,10 @@ class RegistryClient:
                 raise RegistryUnavailable((await call.code()).name, str(await call.details()))
             self.connected.set()
             async for batch in call:
+                pacer.answered()
+                answered.set()
                 self._answer(batch)
         finally:
             call.cancel()
+            self._generation += 1  # this stream is dead: a writer still waiting on it ends
+            answered.set()

@@ -4,17 +4,29 @@ Why: every change to a durable session must be on disk before its RPC answers, a
 burst of CONNECTs would otherwise cost an fsync each. The :class:`Committer` gathers the
 keys that changed while a transaction was being written and writes them all in the
 next one, in a worker thread, so the event loop never blocks on the disk.
+
+A change nobody waits for (the end of a connection, :meth:`Committer.write_behind`)
+waits for the next transaction instead, ``BEHIND`` seconds at most. A client that
+reconnects right after it disconnected then finds one transaction on its CONNECT's
+path, which carries both, rather than its previous connection's end still being
+written ahead of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Callable, Iterable
 
+from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.registry.engines.base import StoreError
 from services.registry.sessions import Session
 from services.registry.store import Delete, Op, Put, Reserve, SessionStore
+
+BEHIND = 0.05  # s: a change nobody waits for is written with the next transaction, or then
+RETRY = 1.0  # s: after a failed transaction, what nobody waits for is tried again this late
 
 
 class Committer:
@@ -31,6 +43,7 @@ class Committer:
         store: SessionStore,
         lookup: Callable[[SessionKey], Session | None],
         on_disk: Iterable[SessionKey] = (),
+        metrics: MetricsRegistry | None = None,
     ) -> None:
         self._store = store
         self._lookup = lookup
@@ -39,9 +52,18 @@ class Committer:
         self._writing: set[SessionKey] = set()  # keys of the transaction in progress
         self._reserve = 0  # epoch reservation to write, 0 = unchanged
         self._waiters: list[asyncio.Future[None]] = []
+        self._behind_at: float | None = None  # loop time when unwaited changes are due
         self._wake = asyncio.Event()
         self._closed = False
         self._task = asyncio.create_task(self._run(), name="registry-committer")
+        self._commits = self._commit_seconds = None
+        if metrics is not None:
+            self._commits = metrics.counter(
+                "registry_commits_total", "Session table write transactions (each synced)."
+            )
+            self._commit_seconds = metrics.counter(
+                "registry_commit_seconds_total", "Time spent writing and syncing them."
+            )
 
     async def sync(self, *keys: SessionKey, reserve: int = 0) -> None:
         """Make the current state of ``keys`` (and an epoch reservation) durable.
@@ -61,6 +83,19 @@ class Committer:
         self._wake.set()
         await fut
 
+    def write_behind(self, *keys: SessionKey) -> None:
+        """Make the current state of ``keys`` durable with the next transaction, within
+        ``BEHIND`` seconds, without waiting for it."""
+        if self._closed:
+            raise StoreError("the session table is closed")
+        keys = tuple(k for k in keys if self._may_hold(k) or self._durable(k))
+        if not keys:
+            return
+        self._dirty.update(keys)
+        if self._behind_at is None:
+            self._behind_at = asyncio.get_running_loop().time() + BEHIND
+        self._wake.set()
+
     def _may_hold(self, key: SessionKey) -> bool:
         """The store holds (or is about to hold) a record of ``key``: a record written by
         a transaction still in progress must be overwritten too."""
@@ -71,13 +106,23 @@ class Committer:
         return session is not None and session.durable
 
     async def _run(self) -> None:
-        while not self._closed or self._waiters:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._waiters:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = self._behind_at
+            if self._waiters or (due is not None and (self._closed or loop.time() >= due)):
                 await self._commit()
+                continue
+            if self._closed:
+                return
+            self._wake.clear()
+            if due is None:
+                await self._wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), due - loop.time())
 
     async def _commit(self) -> None:
+        self._behind_at = None  # whatever was left behind goes in this transaction
         keys, self._dirty = self._dirty, set()
         self._writing = keys
         waiters, self._waiters = self._waiters, []
@@ -94,6 +139,7 @@ class Committer:
                 written.append((key, True))
         if reserve:
             ops.append(Reserve(reserve))
+        started = time.perf_counter()
         try:
             await asyncio.to_thread(self._store.apply, ops)
         except Exception as exc:  # a dead committer would hang every caller: tell them all
@@ -101,11 +147,17 @@ class Committer:
             error = exc if isinstance(exc, StoreError) else StoreError(f"group commit: {exc!r}")
             self._dirty |= keys  # written by the next transaction that succeeds
             self._reserve = max(self._reserve, reserve)
+            if not self._closed:  # nobody may be waiting for these keys: try again later
+                self._behind_at = asyncio.get_running_loop().time() + RETRY
+
             for fut in waiters:
                 if not fut.done():
                     fut.set_exception(error)
             return
         self._writing = set()
+        if self._commits is not None and self._commit_seconds is not None:
+            self._commits.inc()
+            self._commit_seconds.inc(time.perf_counter() - started)
         for key, stored in written:
             if stored:
                 self._on_disk.add(key)

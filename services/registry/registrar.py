@@ -1,7 +1,7 @@
 """Running the session table: per-id serialisation, takeover waits, store and gossip calls.
 
-The pure :mod:`services.registry.sessions` decides; this module executes its steps in
-order with I/O. Registrations of one client id run one at a time under a per-id lock
+The pure :mod:`services.registry.sessions` decides; this module executes its steps with
+I/O. Registrations of one client id run one at a time under a per-id lock
 (FIFO, so the last CONNECT wins). A Disconnected never takes that lock to update the
 table: a Register holding it may be waiting for exactly that Disconnected (the answer to
 its takeover). Cleanup I/O after a Disconnected or an expiry does take the lock and
@@ -9,9 +9,37 @@ re-checks the epoch, so it can never delete what a newer registration just creat
 
 Every change to a durable session reaches the disk (through the group commit of
 :class:`services.registry.committer.Committer`) before the RPC that caused it answers,
-and an epoch is reserved on disk before it leaves the process. A clean session that
+but the end of a connection, which is written with the next transaction (within
+``committer.BEHIND``): nobody waits for it, and a CONNECT right after it then waits for
+one transaction, not for that end's first. A crash that loses it loses the time of the
+end and a v5 DISCONNECT's new session expiry; the session itself is found offline
+anyway (the restart marks every session that was online offline). An epoch is reserved
+on disk before it leaves the process. A clean session that
 replaces nothing costs no I/O at all (no queue, no directory record, no group commit):
 see :meth:`services.registry.sessions.Plan.steps`. Start-up is :mod:`recovery`'s.
+
+A registration runs its takeover first (the old connection's writes are in before the
+queue changes hands), then installs the session in the table and makes its writes at
+once rather than one after another: the queue's Open (or Delete), the session record,
+and the directory record, which is waited for only when it drops subscriptions (see
+:mod:`services.registry.directory`). If the queue or a waited-for directory write fails,
+the table gets its previous session back and the record is rewritten to match.
+
+Resuming a session that no connection holds answers after the session record alone:
+its queue's Open (:attr:`Plan.resumes_offline`) follows the answer, and any later queue
+call for the id waits for it. Nothing needs it first: it deletes no entry, the new
+connection's epoch is newer than the queue's so its reads, acks and marks pass the
+fence, and no older connection is left to fence out. Until it lands the queue keeps
+its offline length limit.
+
+What a crash right after the CONNACK must not lose, and does not: the session record,
+on disk before every answer (the CONNACK promised the session's persistence and
+expiry), and every entry of the queue, which no Open of a resumed session deletes; a
+queue that did not see the new epoch yet sees a newer one at the next registration.
+A crash during the writes may leave the record written and the queue not opened: that
+client got no CONNACK, and its next CONNECT opens the queue (a queue opened for a
+record never written is swept at restart, see :mod:`recovery`). A directory record not
+yet written is rewritten by the restart's recovery.
 """
 
 from __future__ import annotations
@@ -29,9 +57,11 @@ from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
+from services.registry.directory import DirectoryWriter
 from services.registry.engines.base import StoreError
 from services.registry.leadership import View, decide, replicas
 from services.registry.locks import KeyedLocks
+from services.registry.queue_calls import QueueCalls
 from services.registry.records import directory_ops, pb_key, subs_ops
 from services.registry.sessions import (
     US,
@@ -45,6 +75,7 @@ from services.registry.sessions import (
     Step,
     end_steps,
 )
+from services.registry.takeover import Takeovers
 from services.registry.watchers import WatchHub
 
 EPOCH_BLOCK = 1024  # epochs reserved on disk per write
@@ -90,14 +121,11 @@ class Registrar:
         self.view = View.single(settings.node)
         self.reserved = 0  # every epoch at or below this is reserved on disk
         self.locks = KeyedLocks()
-        self._waiters: dict[tuple[SessionKey, int], asyncio.Event] = {}
+        self.directory = DirectoryWriter(backends.put_meta)
+        self.queues = QueueCalls(backends, self._refused_behind)
+        self.takeovers = Takeovers(hub, settings.takeover_timeout, metrics)
         self._registrations = metrics.counter(
             "registry_registrations_total", "Register calls by result.", ["result"]
-        )
-        self._takeovers = metrics.counter("registry_takeovers_total", "Sessions taken over.")
-        self._takeover_timeouts = metrics.counter(
-            "registry_takeover_timeouts_total",
-            "Takeovers that went ahead without the old connection's Disconnected.",
         )
         self._stale = metrics.counter(
             "registry_stale_disconnects_total", "Disconnected reports for a replaced epoch."
@@ -129,23 +157,80 @@ class Registrar:
         async with self.locks.hold(c.key):
             plan = self.table.plan_register(c, self.clock())
             epoch = plan.session.epoch
+            writes: list[Step] = []
+            behind: OpenQueue | None = None  # the queue Open made after the answer
             try:
                 await self._reserve(epoch)
                 for step in plan.steps():
-                    await self._execute(step)
-            except BackendError as exc:
-                self.table.raise_epoch(exc.store_epoch)
-                return RegisterResult(False, reason=str(exc), reason_code=RC_SERVER_UNAVAILABLE)
+                    if isinstance(step, NotifyTakeover):
+                        await self._takeover(step)  # first: the old connection flushes
+                    elif isinstance(step, OpenQueue) and plan.resumes_offline:
+                        behind = step
+                    else:
+                        writes.append(step)
             except StoreError as exc:
                 return self._store_failed("register", exc)
+            before = self.table.get(c.key)
             self.table.commit(plan)
-            try:
-                await self.committer.sync(c.key)
-            except StoreError as exc:
+            # The queue, the directory and the session record are independent writes: one
+            # round of them, not one after another. A failed queue or directory write
+            # undoes the registration (the record is written back as it was).
+            store_error, backend_error = await self._write_all(c.key, writes)
+            if backend_error is not None:
+                self.table.restore(c.key, epoch, before)
+                self.table.raise_epoch(backend_error.store_epoch)
+                with suppress(StoreError):  # logged by the committer's next caller
+                    await self.committer.sync(c.key)
+                return RegisterResult(
+                    False, reason=str(backend_error), reason_code=RC_SERVER_UNAVAILABLE
+                )
+            if store_error is not None:
                 # Not durable, so not live: no later CONNECT may wait on this connection.
                 self.table.disconnected(c.key, epoch, None, self.clock())
-                return self._store_failed("register", exc)
+                return self._store_failed("register", store_error)
+            if behind is not None:
+                self.queues.open_behind(behind)
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
+
+    def _refused_behind(self, step: OpenQueue, exc: BackendError) -> None:
+        """The store refused a resumed session's epoch after its answer (it holds a newer
+        one, as after a registry that lost its disk): the connection's acks and marks
+        would be refused, so it is closed, as a takeover closes one."""
+        self.table.raise_epoch(exc.store_epoch)
+        current = self.table.get(step.key)
+        if current is not None and current.epoch == step.epoch and current.online:
+            command = registry_pb2.Takeover(
+                key=pb_key(step.key),
+                old_epoch=step.epoch,
+                new_epoch=exc.store_epoch,
+                new_node=self.settings.node,
+            )
+            self.hub.send(current.listener_id, registry_pb2.RegistryCommand(takeover=command))
+
+    async def _write_all(
+        self, key: SessionKey, steps: list[Step]
+    ) -> tuple[StoreError | None, BackendError | None]:
+        """Run ``steps`` and write ``key``'s current state to disk, all at once; the first
+        store error and the first backend error (any other error is raised)."""
+        if not steps:  # a clean session replacing nothing: no task, no suspension
+            try:
+                await self.committer.sync(key)
+            except StoreError as exc:
+                return exc, None
+            return None, None
+        outcomes = await asyncio.gather(
+            self.committer.sync(key), *(self._execute(s) for s in steps), return_exceptions=True
+        )
+        store_error: StoreError | None = None
+        backend_error: BackendError | None = None
+        for outcome in outcomes:
+            if isinstance(outcome, StoreError):
+                store_error = store_error or outcome
+            elif isinstance(outcome, BackendError):
+                backend_error = backend_error or outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return store_error, backend_error
 
     async def _reserve(self, epoch: int) -> None:
         if epoch > self.reserved:
@@ -161,14 +246,19 @@ class Registrar:
         if isinstance(step, NotifyTakeover):
             await self._takeover(step)
         elif isinstance(step, OpenQueue):
-            await self.backends.open_queue(step)
+            await self.queues.open(step)
         elif isinstance(step, DeleteQueue):
-            await self.backends.delete_queue(step)
+            await self.queues.delete(step)
         else:
             await self._publish(step)
 
     async def _publish(self, step: PublishSession) -> None:
-        await self.backends.put_meta(self.directory_ops(step))
+        """Through the directory writer, in order. A record that drops no subscriptions
+        is not waited for (see :mod:`services.registry.directory`)."""
+        if step.drop_subs:
+            await self.directory.write(self.directory_ops(step))
+        else:
+            self.directory.send(self.directory_ops(step))
 
     def directory_ops(self, step: PublishSession) -> list[gossip_pb2.MetaOp]:
         if not step.directory:
@@ -178,43 +268,10 @@ class Registrar:
         return directory_ops(step.key, step.session, step.drop_subs, nodes)
 
     async def _takeover(self, step: NotifyTakeover) -> None:
-        """Tell the old listener, then wait for its Disconnected, its stream's end, or time."""
         old = self.table.get(step.key)
         if old is None or old.epoch != step.old_epoch or not (old.online or old.recovered):
             return  # it went away while this registration waited for the lock
-        command = registry_pb2.RegistryCommand(
-            takeover=registry_pb2.Takeover(
-                key=pb_key(step.key),
-                old_epoch=step.old_epoch,
-                new_epoch=step.new_epoch,
-                new_node=step.new_node,
-            )
-        )
-        done = asyncio.Event()
-        self._waiters[(step.key, step.old_epoch)] = done
-        try:
-            watcher = self.hub.send(step.listener_id, command)
-            if watcher is None and not old.online:
-                return  # recovered after a restart, and its listener is gone: nothing to close
-            self._takeovers.inc()
-            log.emit(
-                "session.takeover",
-                client_id=step.key[1],
-                mountpoint=step.key[0],
-                old_node=old.node,
-                new_node=step.new_node,
-                epoch=step.new_epoch,
-            )
-            if watcher is None:
-                _unanswered(step, "no watch stream", 0.0)
-                return
-            answered = await _first(done, watcher.closed, self.settings.takeover_timeout)
-            if not answered:
-                self._takeover_timeouts.inc()
-                _unanswered(step, "timeout", self.settings.takeover_timeout)
-        finally:
-            if self._waiters.get((step.key, step.old_epoch)) is done:
-                del self._waiters[(step.key, step.old_epoch)]
+        await self.takeovers.run(step, old)
 
     # -- disconnection and expiry -------------------------------------------------
 
@@ -236,24 +293,22 @@ class Registrar:
             and current.epoch == epoch
             and current.online
             and current.persistent
-            and (key, epoch) not in self._waiters
+            and not self.takeovers.waited_for(key, epoch)
         ):
             with suppress(BackendError):  # logged; the online limit stays until the next Open
-                await self.backends.limit_queue(key, epoch, self.table.policy.max_offline_messages)
+                await self.queues.limit(key, epoch, self.table.policy.max_offline_messages)
         session = self.table.disconnected(key, epoch, session_expiry, self.clock())
         if session is None:
             self._stale.inc()
             if drop_subs and self.table.get(key) is None:
                 await self._drop_unknown_subs(key)
             return False
-        waiter = self._waiters.pop((key, epoch), None)
-        if waiter is not None:
-            waiter.set()  # the waiting registration decides what becomes of the old state
+        taken_over = self.takeovers.ended(key, epoch)
         try:
-            await self.committer.sync(key)
+            self.committer.write_behind(key)  # nobody waits for it: see the module's docstring
         except StoreError as exc:
             log.emit("store.error", "error", op="registry.disconnected", reason=str(exc))
-        if waiter is not None:
+        if taken_over:
             return True
         if session.persistent:
             await self._publish_offline(session)
@@ -272,16 +327,16 @@ class Registrar:
             if self.table.get(key) is not None:
                 return
             with suppress(BackendError):  # logged; dropped at the next restart's reconcile
-                await self.backends.put_meta(subs_ops([key]))
+                await self.directory.write(subs_ops([key]))
 
     async def _publish_offline(self, session: Session) -> None:
         async with self.locks.hold(session.key):
             current = self.table.get(session.key)
             if current is None or current.epoch != session.epoch or current.online:
                 return
-            # A failure is logged (rpc.failed); the directory catches up at the next change.
-            with suppress(BackendError):
-                await self._publish(PublishSession(current.key, current, drop_subs=False))
+            # Not waited for: a failure is logged (rpc.failed), and the directory catches up
+            # at the next change.
+            await self._publish(PublishSession(current.key, current, drop_subs=False))
 
     async def _end(self, session: Session, reason: str, drop_subs: bool = True) -> bool:
         """Delete an offline session's queue, subscriptions and record, then forget it.
@@ -338,6 +393,11 @@ class Registrar:
             with suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.settings.expiry_check_interval)
 
+    async def close(self) -> None:
+        """Finish the queue Opens and directory writes already made."""
+        await self.queues.close()
+        await self.directory.close()
+
     def details(self) -> dict[str, object]:
         return {
             "sessions": len(self.table),
@@ -345,30 +405,3 @@ class Registrar:
             "epoch": self.table.epoch,
             "watchers": self.hub.listeners(),
         }
-
-
-async def _first(done: asyncio.Event, closed: asyncio.Event, timeout: float) -> bool:
-    """Wait for either event; False on timeout."""
-    tasks = {asyncio.ensure_future(done.wait()), asyncio.ensure_future(closed.wait())}
-    try:
-        finished, _ = await asyncio.wait(
-            tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        for task in tasks:
-            task.cancel()
-    return bool(finished)
-
-
-def _unanswered(step: NotifyTakeover, reason: str, waited_s: float) -> None:
-    """The old connection did not confirm its end: the takeover goes ahead anyway."""
-    log.emit(
-        "session.takeover_unanswered",
-        "warning",
-        client_id=step.key[1],
-        mountpoint=step.key[0],
-        listener_id=step.listener_id,
-        epoch=step.new_epoch,
-        reason=reason,
-        waited_s=waited_s,
-    )

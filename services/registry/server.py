@@ -3,8 +3,8 @@
 Start-up order matters: the table is rebuilt from disk (sessions that were online are
 now offline) and the directory corrected *before* the gRPC port opens, so no
 registration can race the recovery. Shutdown ends the Watch streams first (they would
-otherwise hold the server's grace period), stops the server, then lets the committer
-finish every write it was asked for.
+otherwise hold the server's grace period), stops the server, then lets the directory
+writer and the committer finish every write they were asked for.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             max_online_len=settings.max_online_len,
         )
     )
-    committer = Committer(store, table.get, (s.key for s in sessions))
+    metrics = MetricsRegistry()
+    committer = Committer(store, table.get, (s.key for s in sessions), metrics)
     backends = Backends(settings.msgstore_address, settings.gossip_address, settings.rpc_timeout)
     hub = WatchHub()
-    metrics = MetricsRegistry()
     registrar = Registrar(settings, table, committer, backends, hub, metrics)
     serving = False
     server = create_server()
@@ -75,6 +75,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         if expiry is not None and not expiry.done():
             expiry.cancel()
             await asyncio.gather(expiry, return_exceptions=True)
+        await registrar.close()
         await committer.close()
         await backends.close()
         store.close()

@@ -15,7 +15,7 @@ from services.registry.sessions import Connect
 from services.registry.watchers import WatchHub
 
 MAX_LISTED = 100_000  # Sessions with limit 0 lists at most this many
-RESULTS_WINDOW = 0.005  # s: as the listener's ops window (registry_client._WINDOW)
+RESULTS_WINDOW = 0.005  # s: as the listener's (registry_client._WINDOW), busy streams only
 
 
 class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc]
@@ -106,42 +106,54 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         """Register and Disconnected in batches, for a listener's connect path.
 
         Each op runs as its own task (a registration may wait for a takeover while others
-        complete); results are sent in batches, whatever finished since the last write. An
-        op that fails unexpectedly is logged and answered as failed, so the listener never
-        waits for an answer that cannot come.
+        complete). Every batch read gets one results message at least, as soon as the ops
+        that complete at once have: an empty one (a receipt) when none has. The listener
+        sends its next batch when an answer comes back (``grpcutil.Pacer``), so the
+        receipt keeps a slow op (a takeover, a persistent session's writes) from holding
+        back the CONNECTs behind it. Results that come later leave with the next message,
+        and whatever completes while one is being written goes with the one after; under
+        a connect storm a message also waits for ``RESULTS_WINDOW`` after the previous one
+        (``grpcutil.Pacer``). An op that fails unexpectedly is logged and answered as
+        failed, so the listener never waits for an answer that cannot come.
         """
         await context.send_initial_metadata(())  # the listener knows the stream is up
-        finished: list[registry_pb2.ConnectionResult] = []
-        wake = asyncio.Event()
-
-        def done(result: registry_pb2.ConnectionResult) -> None:
-            finished.append(result)
-            wake.set()
-
-        async def read() -> None:
-            async for batch in request_iterator:
-                for op in batch.ops:
-                    task = asyncio.create_task(self._run_op(op, context, done))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
-            wake.set()
-
-        reader = asyncio.create_task(read())
+        answers = _Answers()
+        reader = asyncio.create_task(self._read(request_iterator, context, answers))
         pacer = Pacer(RESULTS_WINDOW)
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                await wake.wait()
-                await pacer.wait()
-                wake.clear()
-                if finished:
-                    out = registry_pb2.ConnectionResults(results=finished)
-                    finished.clear()
+                await answers.wake.wait()
+                wait = pacer.delay(loop.time())
+                if wait:
+                    await asyncio.sleep(wait)
+                answers.wake.clear()
+                if answers.due():
+                    out = answers.take()
+                    pacer.sent(len(out.results), loop.time())
                     yield out
+                    pacer.answered()  # written: the next one may leave
                 if reader.done():
                     reader.result()  # the stream failed: end this call with its error
                     return  # the listener closed its side; ops still running are unanswered
         finally:
             reader.cancel()
+
+    async def _read(
+        self,
+        request_iterator: AsyncIterator[registry_pb2.ConnectionOps],
+        context: Any,
+        answers: _Answers,
+    ) -> None:
+        async for batch in request_iterator:
+            for op in batch.ops:
+                task = asyncio.create_task(self._run_op(op, context, answers.done))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            # Set after the ops' tasks were scheduled: the writer wakes after their first
+            # step, so the ops that need no I/O are in this batch's answer.
+            answers.read()
+        answers.wake.set()
 
     async def _run_op(
         self,
@@ -184,3 +196,32 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         limit = min(request.limit or MAX_LISTED, MAX_LISTED)
         found = self.registrar.table.find(request.client_id, limit)
         return registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
+
+
+class _Answers:
+    """The results of one ``Connections`` stream waiting to be sent, and the batches read
+    since the last message (each is owed an answer, empty if need be)."""
+
+    __slots__ = ("finished", "unanswered", "wake")
+
+    def __init__(self) -> None:
+        self.finished: list[registry_pb2.ConnectionResult] = []
+        self.unanswered = 0
+        self.wake = asyncio.Event()
+
+    def done(self, result: registry_pb2.ConnectionResult) -> None:
+        self.finished.append(result)
+        self.wake.set()
+
+    def read(self) -> None:
+        self.unanswered += 1
+        self.wake.set()
+
+    def due(self) -> bool:
+        return bool(self.finished or self.unanswered)
+
+    def take(self) -> registry_pb2.ConnectionResults:
+        out = registry_pb2.ConnectionResults(results=self.finished)
+        self.finished = []
+        self.unanswered = 0
+        return out

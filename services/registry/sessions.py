@@ -4,7 +4,8 @@ Theory of operation. The registry leader of a client id keeps its session here: 
 some listener, or offline and waiting for the client (persistent sessions), until it
 expires. Nothing here does I/O or reads the clock; each call takes ``now_us`` (wall clock,
 µs) and answers with data: a :class:`Plan` whose :meth:`Plan.steps` the server executes
-in order, then :meth:`SessionTable.commit`.
+(the takeover first, then :meth:`SessionTable.commit` and the other steps together;
+:meth:`SessionTable.restore` undoes the commit when one of them fails).
 
 Epochs. Every registration gets a new epoch, strictly greater than any epoch this table
 ever issued — not only greater than the previous session's. A session that ended is
@@ -182,8 +183,15 @@ class Plan:
         prev = self.previous
         return prev if prev is not None and (prev.online or prev.recovered) else None
 
+    @property
+    def resumes_offline(self) -> bool:
+        """Resuming a session no connection holds: its queue's Open (not clean) deletes
+        no entry and fences out no live writer (the last one reported its end after its
+        writes were durable), so it may complete after the answer."""
+        return self.session_present and self.takeover is None
+
     def steps(self) -> list[Step]:
-        """Takeover first (the old connection flushes), then the queue, then the directory.
+        """Takeover first (the old connection flushes), then the queue and the directory.
 
         Without a present session the old state is wiped: the queue is opened clean (or the
         old one deleted) and the subscriptions dropped. A clean session replacing nothing
@@ -300,6 +308,21 @@ class SessionTable:
         if current is not None and current.epoch > plan.session.epoch:
             return False
         self._put(plan.session)
+        return True
+
+    def restore(self, key: SessionKey, epoch: int, previous: Session | None) -> bool:
+        """Undo the commit of the registration of ``epoch``, whose writes failed: the
+        session the table held before it (``previous``; None: none) is back. The epoch
+        counter stays where it is: ``epoch`` is never issued again. False when ``epoch``
+        is no longer the current session (nothing to undo)."""
+        current = self._sessions.get(key)
+        if current is None or current.epoch != epoch:
+            return False
+        if previous is None:
+            self.online -= int(current.online)
+            del self._sessions[key]
+        else:
+            self._put(previous)
         return True
 
     def disconnected(

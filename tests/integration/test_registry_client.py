@@ -146,3 +146,26 @@ def test_a_dead_registry_fails_pending_ops_and_the_stream_comes_back(
         assert isinstance(again, registry_pb2.ConnectionResult) and again.register.ok
 
     run_client(node, body)
+
+
+def test_a_registration_waiting_for_a_takeover_holds_back_no_other_connect(
+    make_node: Callable[..., Node],  # noqa: F811
+) -> None:
+    """The registry answers every batch at once (a receipt when nothing in it is done), so
+    the ops behind a slow one leave and are answered one by one: a batch per CONNECT."""
+    node = make_node(**{"registry.takeover_timeout": "10s"})
+    node.watch("L0")  # the old connection's listener never answers the takeover
+
+    async def body(client: RegistryClient, late: list[tuple[str, int]]) -> None:
+        held = await outcome(client, register_op("held", "L0", expiry=0xFFFFFFFF))
+        assert isinstance(held, registry_pb2.ConnectionResult) and held.register.ok
+        waiting = asyncio.ensure_future(outcome(client, register_op("held", "L1")))
+        batches = 0
+        for i in range(20):
+            quick = await outcome(client, register_op(f"q{i}"))
+            assert isinstance(quick, registry_pb2.ConnectionResult) and quick.register.ok
+            batches = batches or client.batches  # the first may have left with the waiting one
+        assert not waiting.done()
+        assert client.batches == batches + 19  # one batch per sequential op
+
+    run_client(node, body)

@@ -53,6 +53,13 @@ class CallLog:
     fail_open: bool = False
     subs: dict[bytes, str] = field(default_factory=dict)  # gossip's subs: key -> owner node
     queues: dict[tuple[str, str], int] = field(default_factory=dict)  # the store's: -> epoch
+    puts_open: threading.Event = field(default_factory=threading.Event)  # clear: Puts hang
+    opens_open: threading.Event = field(default_factory=threading.Event)  # clear: Opens hang
+    store_epoch: int = 0  # Opens below this epoch are refused, as by a store ahead of us
+
+    def __post_init__(self) -> None:
+        self.puts_open.set()
+        self.opens_open.set()
 
     def add(self, name: str, request: Any) -> None:
         with self.lock:
@@ -76,9 +83,14 @@ class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
         self.calls = calls
 
     def Open(self, request: Any, context: Any) -> Any:
+        self.calls.opens_open.wait(TIMEOUT)
         self.calls.add("Open", request)
         if self.calls.fail_open:
             context.abort(grpc.StatusCode.UNAVAILABLE, "fake store is down")
+        if request.epoch < self.calls.store_epoch:
+            return msgstore_pb2.QueueState(
+                key=request.key, exists=True, epoch=self.calls.store_epoch, error="stale epoch"
+            )
         if request.create:
             with self.calls.lock:
                 self.calls.queues[(request.key.mountpoint, request.key.client_id)] = request.epoch
@@ -110,6 +122,7 @@ class FakeGossip(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         self.calls = calls
 
     def Put(self, request: Any, context: Any) -> Any:
+        self.calls.puts_open.wait(TIMEOUT)
         for op in request.ops:
             self.calls.add("Put", op)
         return gossip_pb2.PutReply(applied=len(request.ops))
@@ -619,3 +632,98 @@ def test_concurrent_connects_for_one_id_are_serialised_and_the_last_wins(
     info = node.session("cc")
     assert info.online and info.epoch == last.epoch and info.listener_id == last_listener
     assert [r.session_present for _, r in by_epoch] == [False] + [True] * (len(epochs) - 1)
+
+
+def test_a_resumed_session_does_not_wait_for_its_directory_record(
+    make_node: Callable[..., Node],
+) -> None:
+    """The record of a session that keeps its subscriptions is written behind the answer,
+    in order; one that drops them is written before it (the new session subscribes next)."""
+    node = make_node()
+    first = node.register("r1")
+    assert first.ok and subs_deleted(node.calls, "r1") == 1
+    assert node.disconnected("r1", first.epoch, session_expiry=NEVER)
+    wait_for(lambda: not session_records(node.calls, "r1")[-1].online, "the offline record")
+    node.calls.puts_open.clear()  # gossip stops answering
+    resumed = node.register("r1")
+    assert resumed.ok and resumed.session_present and resumed.epoch > first.epoch
+    assert not session_records(node.calls, "r1")[-1].online  # not written yet
+    node.calls.puts_open.set()
+    rec = wait_for(
+        lambda: (r := session_records(node.calls, "r1")[-1]).online and r, "the online record"
+    )
+    assert rec.epoch == resumed.epoch
+    node.calls.puts_open.clear()
+    result: dict[str, Any] = {}
+    fresh = threading.Thread(
+        target=lambda: result.update(
+            r=node.register("r1", proto_ver=5, session_expiry=60, clean_start=True)
+        )
+    )
+    fresh.start()
+    time.sleep(0.3)
+    assert fresh.is_alive()  # a clean start drops the subscriptions before it answers
+    node.calls.puts_open.set()
+    fresh.join(TIMEOUT)
+    assert result["r"].ok and not result["r"].session_present
+    assert subs_deleted(node.calls, "r1") == 2
+
+
+def test_a_failed_queue_open_leaves_the_session_as_it_was(make_node: Callable[..., Node]) -> None:
+    node = make_node()
+    first = node.register("f1")
+    assert node.disconnected("f1", first.epoch, session_expiry=NEVER)
+    node.calls.fail_open = True
+    # a clean start opens a clean queue before it answers
+    refused = node.register("f1", proto_ver=5, session_expiry=60, clean_start=True)
+    assert not refused.ok and refused.reason_code == 0x88
+    info = node.session("f1")
+    assert info is not None and info.epoch == first.epoch and not info.online
+    assert info.session_expiry == NEVER
+    node.calls.fail_open = False
+    node.kill()  # what is on disk says the same
+    node.start()
+    info = node.session("f1")
+    assert info is not None and info.epoch == first.epoch and not info.online
+    again = node.register("f1")
+    assert again.ok and again.session_present and again.epoch > first.epoch
+
+
+def test_a_resumed_sessions_queue_opens_behind_the_answer_and_before_its_next_call(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node()
+    first = node.register("o1")
+    assert node.disconnected("o1", first.epoch, session_expiry=NEVER)
+    wait_for(lambda: node.calls.of("Open")[-1].max_len == 1000, "the offline limit")
+    node.calls.opens_open.clear()  # the store stops answering Opens
+    resumed = node.register("o1")
+    assert resumed.ok and resumed.session_present and resumed.persistent
+    ended = threading.Thread(
+        target=lambda: node.disconnected("o1", resumed.epoch, session_expiry=NEVER)
+    )
+    ended.start()
+    time.sleep(0.3)
+    assert ended.is_alive()  # its offline limit waits for the resume's Open
+    node.calls.opens_open.set()
+    ended.join(TIMEOUT)
+    opens = [(o.epoch, o.max_len, o.create) for o in node.calls.of("Open")[-2:]]
+    assert opens == [(resumed.epoch, 1020, True), (resumed.epoch, 1000, False)]
+
+
+def test_a_store_that_refuses_a_resumed_epoch_closes_its_connection(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node()
+    w = node.watch("L1")
+    first = node.register("z1")
+    assert node.disconnected("z1", first.epoch, session_expiry=NEVER)
+    node.calls.store_epoch = first.epoch + 1000  # the store saw epochs this registry lost
+    resumed = node.register("z1")
+    assert resumed.ok  # answered before the Open
+    command = w.next()
+    assert command.WhichOneof("command") == "takeover"
+    assert command.takeover.old_epoch == resumed.epoch
+    assert node.disconnected("z1", resumed.epoch, "L1", taken_over=True, session_expiry=NEVER)
+    node.calls.store_epoch = 0
+    assert node.register("z1").epoch > first.epoch + 1000

@@ -103,6 +103,28 @@ def test_commit_refuses_an_older_plan() -> None:
     assert current is not None and current.listener_id == "L2"
 
 
+def test_restore_undoes_a_commit_whose_writes_failed() -> None:
+    t = SessionTable(Policy())
+    old = registered(t, connect())
+    offline = t.disconnected(K, old.epoch, None, T0 + 1)
+    assert offline is not None and t.online == 0
+    plan = t.plan_register(connect(listener="L2"), T0 + 2)
+    assert t.commit(plan) and t.online == 1
+    assert t.restore(K, plan.session.epoch, offline)
+    assert t.get(K) == offline and t.online == 0
+    assert not t.restore(K, plan.session.epoch, None)  # nothing of that epoch to undo
+    assert t.get(K) == offline
+    assert registered(t, connect()).epoch > plan.session.epoch  # never issued again
+
+
+def test_restore_of_a_first_registration_forgets_the_id() -> None:
+    t = SessionTable(Policy())
+    plan = t.plan_register(connect(), T0)
+    assert t.commit(plan)
+    assert t.restore(K, plan.session.epoch, None)
+    assert t.get(K) is None and t.online == 0 and len(t) == 0
+
+
 # -- expiry policy ---------------------------------------------------------------------
 
 
@@ -238,6 +260,22 @@ def test_a_recovered_session_is_still_notified() -> None:
     plan = t2.plan_register(connect(listener="L2"), T0 + 6 * US)
     assert isinstance(plan.steps()[0], NotifyTakeover)
     assert plan.session.epoch > old.epoch
+
+
+def test_only_a_session_nobody_holds_may_open_its_queue_behind_the_answer() -> None:
+    """Its queue Open deletes nothing and fences out no live writer; a takeover's does
+    (the old connection may still write), and a clean queue must be empty first."""
+    t = SessionTable(Policy())
+    old = registered(t, connect(expiry=60))
+    assert not t.plan_register(connect(expiry=60, listener="L2"), T0 + US).resumes_offline
+    t.disconnected(K, old.epoch, 60, T0 + 2 * US)
+    assert t.plan_register(connect(expiry=60), T0 + 3 * US).resumes_offline
+    assert not t.plan_register(connect(expiry=60, clean=True), T0 + 3 * US).resumes_offline
+    recovered = SessionTable(Policy())
+    recovered.load([old], T0 + 4 * US)  # online when the registry stopped: maybe still live
+    assert not recovered.plan_register(connect(expiry=60), T0 + 5 * US).resumes_offline
+    fresh = SessionTable(Policy())
+    assert not fresh.plan_register(connect(expiry=60), T0).resumes_offline
 
 
 # -- Disconnected --------------------------------------------------------------------

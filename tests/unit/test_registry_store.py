@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from services.common.metrics import MetricsRegistry
 from services.registry.committer import Committer
 from services.registry.engines.base import Engine, StoreError
 from services.registry.engines.lmdb_engine import LmdbEngine
@@ -141,4 +142,57 @@ def test_a_clean_session_overwrites_a_record_still_being_written(open_store: Ope
     store = open_store(16 * MB)
     sessions, _ = store.load()
     assert sessions == []
+    store.close()
+
+
+def test_a_change_nobody_waits_for_goes_with_the_next_transaction(open_store: Opener) -> None:
+    """The end of a connection (write_behind) does not start a transaction of its own
+    ahead of the next CONNECT's: that CONNECT's transaction carries both."""
+    table: dict[tuple[str, str], Session] = {}
+    metrics = MetricsRegistry()
+
+    def commits() -> float:
+        return sum(s.value for s in metrics.samples() if s.name.endswith("registry_commits_total"))
+
+    async def main() -> None:
+        store = open_store(16 * MB)
+        committer = Committer(store, table.get, metrics=metrics)
+        table[("mp", "gone")] = session("gone", 1, online=False)
+        committer.write_behind(("mp", "gone"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert commits() == 0  # nobody waits: no transaction of its own yet
+        table[("mp", "next")] = session("next", 2)
+        await committer.sync(("mp", "next"))
+        assert commits() == 1
+        table[("mp", "last")] = session("last", 3, online=False)
+        committer.write_behind(("mp", "last"))
+        await committer.close()  # written before the committer stops
+        store.close()
+
+    asyncio.run(main())
+    store = open_store(16 * MB)
+    sessions, _ = store.load()
+    assert sorted(s.key[1] for s in sessions) == ["gone", "last", "next"]
+    store.close()
+
+
+def test_a_change_nobody_waits_for_is_written_by_itself_when_nothing_follows(
+    open_store: Opener,
+) -> None:
+    table: dict[tuple[str, str], Session] = {}
+
+    async def main() -> None:
+        store = open_store(16 * MB)
+        committer = Committer(store, table.get)
+        table[("mp", "alone")] = session("alone", 1, online=False)
+        committer.write_behind(("mp", "alone"))
+        while committer._dirty or committer._writing:  # BEHIND later, on its own
+            await asyncio.sleep(0.01)
+        await committer.close()
+        store.close()
+
+    asyncio.run(main())
+    store = open_store(16 * MB)
+    assert [s.key[1] for s in store.load()[0]] == ["alone"]
     store.close()
