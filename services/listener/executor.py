@@ -245,7 +245,13 @@ class ActionExecutor:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._wbuf or self.transport is None or self._barrier is not None:
+        transport = self.transport
+        if not self._wbuf or transport is None or self._barrier is not None:
+            return
+        if transport.is_closing():
+            # Lost while these writes waited (for the turn's end or a QoS 2 barrier):
+            # nobody reads them, and uvloop raises on a write to a closed transport.
+            self._wbuf.clear()
             return
         if self._delivered_hi > self._delivered_sent and self.sid is not None:
             self._delivered_sent = self._delivered_hi
