@@ -260,7 +260,7 @@ class ActionExecutor:
         data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
         self._wbuf.clear()
         self.metrics.bytes_out.inc(len(data))
-        self.transport.write(data)
+        transport.write(data)
 
     def _send(self, action: Send) -> None:
         assert self.session is not None
