@@ -71,7 +71,7 @@ class Generator:
 
     def payload(self) -> bytes:
         r = self.rng
-        size = r.choice((0, 1, 8, 64, 200)) if r.random() < 0.95 else r.randrange(1, 65536)
+        size = r.choice((0, 1, 8, 64, 200)) if r.random() < 0.98 else r.randrange(1, 16384)
         return r.randbytes(size)
 
     # -- CONNECT ----------------------------------------------------------------------
