@@ -98,6 +98,25 @@ def state_counts(services: dict[str, Any]) -> dict[str, int]:
     }
 
 
+LISTENER_GAUGES = {
+    "ternmq_subscriptions": "listener_subscriptions",
+    "ternmq_retained_messages": "listener_retained",
+}
+
+
+def listener_counts(http: str, timeout: float = 10.0) -> dict[str, int]:
+    """The listener's routing replica, from /metrics: subscriptions in its trie and
+    retained messages it holds (they must follow gossip's, expired sessions' included)."""
+    with urllib.request.urlopen(f"http://{http}/metrics", timeout=timeout) as resp:
+        text = resp.read().decode()
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name in LISTENER_GAUGES and 'service="listener"' in rest:
+            out[LISTENER_GAUGES[name]] = int(float(rest.rsplit(" ", 1)[1]))
+    return out
+
+
 @dataclass(slots=True)
 class MemoryTrack:
     """Per service: memory at the start, the peak, the latest; restarts seen."""

@@ -196,6 +196,7 @@ class Fuzzer:
             b.after_kib = self.memory.mark()
             b.after_anon_kib = {k: v[1] for k, v in sorted(s.memory.items())}
             b.state = probe.state_counts(s.services)
+            b.state.update(await asyncio.to_thread(probe.listener_counts, opts.http))
         return b
 
     def peak_reset(self) -> None:
