@@ -64,6 +64,7 @@ class Batch:
     roundtrips_failed: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
     peak_kib: dict[str, int] = field(default_factory=dict)
+    peak_anon_kib: dict[str, int] = field(default_factory=dict)
     after_kib: dict[str, int] = field(default_factory=dict)
     after_anon_kib: dict[str, int] = field(default_factory=dict)
     state: dict[str, int] = field(default_factory=dict)
@@ -81,6 +82,7 @@ class Batch:
             "outcomes": dict(self.outcomes.most_common()),
             "mutations": dict(self.mutations.most_common()),
             "rss_peak_kib": self.peak_kib,
+            "anon_peak_kib": self.peak_anon_kib,
             "rss_after_kib": self.after_kib,
             "anon_after_kib": self.after_anon_kib,
             "state": self.state,
@@ -190,6 +192,7 @@ class Fuzzer:
         await asyncio.gather(*(worker() for _ in range(opts.parallel)))
         b.duration_s = loop.time() - started
         b.peak_kib = {k: v[0] for k, v in sorted(self.memory.peak.items())}
+        b.peak_anon_kib = {k: v[1] for k, v in sorted(self.memory.peak.items())}
         await asyncio.sleep(opts.settle)
         if opts.http:
             s = await self.look()
