@@ -44,8 +44,10 @@ SETTINGS: list[Setting] = [
         "gossip.tombstone_ttl",
         "duration",
         "1h",
-        "How long the tombstone of a deleted key is kept before garbage collection "
-        "(it lets peers that missed the delete learn of it); never keeps them forever.",
+        "How long the tombstone of a deleted key is kept before garbage collection, on a "
+        "node with peers (it lets peers that missed the delete learn of it). A node alone "
+        "collects tombstones at the next gc_interval: no peer can bring a deleted value "
+        "back. never keeps them forever.",
     ),
     Setting(
         "gossip.gc_interval",

@@ -14,7 +14,6 @@ import fcntl
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,14 @@ from services.common import grpcutil, service
 from services.common.config import Config
 from services.common.metrics import MetricsRegistry
 from services.common.typed_settings import build
-from services.gossip.committer import CommitError, Committer, ShuttingDown, load_store
+from services.gossip.committer import Committer, load_store
 from services.gossip.config import GossipSettings
 from services.gossip.engines.lmdb_engine import LmdbEngine
+from services.gossip.gc import collect_garbage
 from services.gossip.hub import WatchHub
 from services.gossip.metrics import GossipMetrics
 from services.gossip.servicer import GossipServicer
-from services.gossip.store import MetaStore, Txn
+from services.gossip.store import MetaStore
 from services.pb import common_pb2_grpc, gossip_pb2_grpc
 
 GRACE_S = 1.0
@@ -108,7 +108,7 @@ async def _serve(
     )
     grpcutil.bind(server, settings.address)
     await server.start()
-    gc_task = asyncio.create_task(_collect_garbage(committer, settings, metrics, stop))
+    gc_task = asyncio.create_task(collect_garbage(committer, settings, metrics, stop))
     service.started(settings.address)
     try:
         await stop.wait()
@@ -117,29 +117,3 @@ async def _serve(
         await server.stop(GRACE_S)
         await gc_task
         await committer.close()
-
-
-async def _collect_garbage(
-    committer: Committer, settings: GossipSettings, metrics: GossipMetrics, stop: asyncio.Event
-) -> None:
-    """Every ``gc_interval``, remove tombstones older than ``tombstone_ttl``."""
-    ttl = settings.tombstone_ttl_s
-    while True:
-        try:
-            await asyncio.wait_for(stop.wait(), settings.gc_interval_s)
-            return
-        except TimeoutError:
-            pass
-        if ttl is None:
-            continue
-        try:
-            collected = await committer.submit(partial(_gc, min_age_us=int(ttl * 1e6)))
-        except ShuttingDown:
-            return
-        except CommitError:
-            continue  # already logged as store.error; try again next round
-        metrics.gc_collected.inc(collected)
-
-
-def _gc(txn: Txn, min_age_us: int) -> int:
-    return txn.collect_garbage(min_age_us)

@@ -242,8 +242,14 @@ class ActionExecutor:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._wbuf or self.transport is None or self._barrier is not None or self.closed:
+        transport = self.transport
+        if not self._wbuf or transport is None or self._barrier is not None or self.closed:
             return  # closed: nothing goes out after the DISCONNECT [MQTT-3.14.4-1]
+        if transport.is_closing():
+            # Lost while these writes waited (for the turn's end or a QoS 2 barrier):
+            # nobody reads them, and uvloop raises on a write to a closed transport.
+            self._wbuf.clear()
+            return
         if self._delivered_hi > self._delivered_sent and self.sid is not None:
             self._delivered_sent = self._delivered_hi
             self.broker.store.delivered(self.sid[0], self.sid[1], self.epoch, self._delivered_hi)
@@ -251,7 +257,7 @@ class ActionExecutor:
         data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
         self._wbuf.clear()
         self.metrics.bytes_out.inc(len(data))
-        self.transport.write(data)
+        transport.write(data)
 
     def _send(self, action: Send) -> None:
         assert self.session is not None

@@ -146,6 +146,8 @@ class Lifecycle:
         try:
             first = True
             while True:
+                if conn.closed:
+                    return  # gone meanwhile: nothing to replay to, the queue stays stored
                 reply = await self.store.read(key[0], key[1], epoch, after, READ_PAGE)
                 state = reply.state
                 if first:

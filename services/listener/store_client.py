@@ -17,6 +17,11 @@ Batches are written in protobuf's wire format from pre-encoded pieces
 (``convert.append_entry`` and friends) and sent as bytes: the session key is encoded
 once per session and the message once per publish, not once per field per copy.
 
+A batch stops taking appends at :data:`MAX_BATCH_BYTES` and waits, sealed, for its turn
+behind the in-flight one: gRPC refuses a message above its limit, and a refused message
+ends the stream for every write on it (a 1 MB publish to 80 offline persistent sessions
+made one 80 MB batch). An append too large to travel even alone is refused at once.
+
 When the stream breaks (msgstore restarted or killed) every unanswered callback gets
 :data:`UNAVAILABLE`: publishers get a negative acknowledgement rather than a PUBACK for
 something that may not be on disk. The stream is reopened with backoff.
@@ -45,6 +50,15 @@ AppendCallback = Callable[[int, int, str], None]
 
 _STREAM: Final = "/ternmq.msgstore.MsgStore/Stream"
 _KEY_CACHE: Final = 65536  # encoded session keys kept (cleared when full: bounded, rarely missed)
+MAX_BATCH_BYTES: Final = 8 * 1024 * 1024
+"""Appended bytes after which a batch is sealed and the next one opened."""
+MAX_APPEND_BYTES: Final = 60 * 1024 * 1024
+"""The largest append sent: a batch of it alone stays under gRPC's 64 MB limit
+(``grpcutil``), with room for the acks and marks that travel with it."""
+
+
+_STORE_ERROR: Final = int(msgstore_pb2.APPEND_STORE_ERROR)
+_TOO_LARGE: Final = f"message too large for the store stream (over {MAX_APPEND_BYTES} bytes)"
 
 
 class StreamBroken(Exception):
@@ -65,10 +79,11 @@ class _Ack:
 class _Batch:
     """One StoreBatch being filled, then in flight."""
 
-    __slots__ = ("acks", "appends", "batch_id", "callbacks", "done", "marks", "ops")
+    __slots__ = ("acks", "appends", "batch_id", "callbacks", "done", "marks", "ops", "size")
 
     def __init__(self) -> None:
         self.appends: list[bytes] = []
+        self.size = 0  # bytes of appends
         self.callbacks: list[AppendCallback] = []
         self.acks: dict[tuple[str, str, int], _Ack] = {}
         self.marks: list[bytes] = []
@@ -110,6 +125,7 @@ class StoreClient:
         )
         self.max_inflight = max_inflight
         self._open = _Batch()
+        self._sealed: deque[_Batch] = deque()  # full, waiting for a slot, in order
         self._inflight: deque[_Batch] = deque()
         self._wakeup = asyncio.Event()
         self._slot = asyncio.Event()
@@ -144,13 +160,28 @@ class StoreClient:
     ) -> None:
         """Queue one delivery; ``msg`` is ``convert.message_field`` of the message, shared
         by every copy of one publish (encoded once). ``callback`` gets the result."""
-        batch = self._open
-        batch.appends.append(
-            convert.append_entry(self.key(mountpoint, client_id), epoch, msg, qos, retain, sub_ids)
+        entry = convert.append_entry(
+            self.key(mountpoint, client_id), epoch, msg, qos, retain, sub_ids
         )
+        size = len(entry)
+        if size > MAX_APPEND_BYTES:
+            asyncio.get_running_loop().call_soon(callback, _STORE_ERROR, 0, _TOO_LARGE)
+            return
+        batch = self._open
+        if batch.size + size > MAX_BATCH_BYTES and batch.appends:
+            batch = self._seal()
+        batch.appends.append(entry)
+        batch.size += size
         batch.callbacks.append(callback)
         batch.ops += 1
         self._wakeup.set()
+
+    def _seal(self) -> _Batch:
+        """Queue the open batch behind the in-flight ones; return the new open batch. Its
+        ``done`` stays with it: a flush covers what was written before it, not after."""
+        self._sealed.append(self._open)
+        self._open = _Batch()
+        return self._open
 
     def ack(self, mountpoint: str, client_id: str, epoch: int, seq: int) -> None:
         ack = self._ack(mountpoint, client_id, epoch)
@@ -192,7 +223,7 @@ class StoreClient:
     def settled(self) -> bool:
         """Nothing written is unanswered: what :meth:`flush` would return is done already
         (checked without making a future, on every connection's end)."""
-        return not self._open.ops and not self._inflight
+        return not self._open.ops and not self._inflight and not self._sealed
 
     def flush(self) -> asyncio.Future[None]:
         """A future resolved when everything written so far is answered (or failed)."""
@@ -243,7 +274,7 @@ class StoreClient:
         self._sender_error = None
         call = self._stream(_Requests(self))
         self.connected.set()
-        if self._open.ops:  # written while the stream was down: ship it now
+        if self._open.ops or self._sealed:  # written while the stream was down: ship it now
             self._wakeup.set()
         try:
             async for result in call:
@@ -260,14 +291,18 @@ class StoreClient:
         at debug level and cancel the call); ``_session`` then reports it."""
         try:
             while True:
-                if self._open.ops and len(self._inflight) < self.max_inflight:
-                    batch = self._open
-                    self._open = _Batch()
+                ready = bool(self._sealed or self._open.ops)
+                if ready and len(self._inflight) < self.max_inflight:
+                    if self._sealed:
+                        batch = self._sealed.popleft()
+                    else:
+                        batch = self._open
+                        self._open = _Batch()
                     batch.batch_id = self._next_id
                     self._next_id += 1
                     self._inflight.append(batch)
                     return batch.encode()
-                if self._open.ops:  # every slot taken: wait for an answer
+                if ready:  # every slot taken: wait for an answer
                     self._slot.clear()
                     await self._slot.wait()
                 else:

@@ -39,6 +39,7 @@ from services.msgstore.metrics import StoreMetrics
 from services.msgstore.model import (
     AppendStatus,
     BatchResult,
+    Collected,
     Job,
     OpenQueue,
     QueueState,
@@ -249,6 +250,8 @@ class Committer:
                     self._error("write", result.error)
             elif isinstance(result, QueueState) and result.store_error:
                 self._error("open" if isinstance(job, OpenQueue) else "delete", result.error)
+            elif isinstance(result, Collected) and result.error:
+                self._error("collect", result.error)
         m = self.metrics
         if m is not None:
             m.commits.inc()

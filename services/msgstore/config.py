@@ -3,6 +3,7 @@ services.common.settings) and :class:`MsgstoreSettings`, what the service reads 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -48,6 +49,15 @@ SETTINGS: list[Setting] = [
         "acknowledgement); the last 10% lets acknowledgements and deletes drain it.",
     ),
     Setting(
+        "msgstore.tombstone_ttl",
+        "duration",
+        "1m",
+        "How long a deleted queue's tombstone (its epoch and last sequence number) is kept "
+        "before it is removed: longer than any request that may still carry an older "
+        "epoch. Epochs never repeat, so a queue created after that needs no tombstone. "
+        "never keeps them forever.",
+    ),
+    Setting(
         "msgstore.replication_factor",
         "int",
         "1",
@@ -68,6 +78,11 @@ SETTINGS: list[Setting] = [
 ]
 
 
+def _forever_if_never(seconds: float) -> float:
+    """``never`` parses as -1."""
+    return math.inf if seconds < 0 else seconds
+
+
 def _address(config: Config) -> str:
     return service_address(config, "msgstore")
 
@@ -84,6 +99,7 @@ class MsgstoreSettings:
     max_batch: int = setting("msgstore.max_batch")
     max_batch_delay: float = setting("msgstore.max_batch_delay")
     map_size: int = setting("msgstore.map_size")
+    tombstone_ttl: float = setting("msgstore.tombstone_ttl", convert=_forever_if_never)
 
     @property
     def store_path(self) -> Path:

@@ -103,7 +103,19 @@ class DeleteQueue:
     ops = 1
 
 
-Job = WriteBatch | OpenQueue | DeleteQueue
+@dataclass(frozen=True, slots=True)
+class CollectTombstones:
+    """Remove these tombstones, each only if it is still a tombstone of that epoch (see
+    ``tombstones``): ``(queue key prefix, epoch)`` pairs."""
+
+    graves: tuple[tuple[bytes, int], ...]
+
+    @property
+    def ops(self) -> int:
+        return len(self.graves)
+
+
+Job = WriteBatch | OpenQueue | DeleteQueue | CollectTombstones
 
 
 class AppendResult(NamedTuple):
@@ -150,7 +162,15 @@ class QueueState:
     store_error: bool = False  # ``error`` is a store failure, not a refusal
 
 
-Result = BatchResult | QueueState
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """What a :class:`CollectTombstones` did: how many records went, or why none did."""
+
+    count: int
+    error: str = ""
+
+
+Result = BatchResult | QueueState | Collected
 
 
 @dataclass(frozen=True, slots=True)

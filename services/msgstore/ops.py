@@ -23,6 +23,8 @@ from services.msgstore.model import (
     AppendResult,
     AppendStatus,
     BatchResult,
+    Collected,
+    CollectTombstones,
     DeleteQueue,
     Job,
     Mark,
@@ -317,10 +319,26 @@ def _delete(t: Txn, job: DeleteQueue) -> QueueState:
     return queue_state(t.txn, job.session, sess, meta, deleted=True)
 
 
+def _collect(t: Txn, job: CollectTombstones) -> Collected:
+    """Remove each tombstone that is still the one buried: a queue created again since,
+    or a newer delete's tombstone (another epoch), stays."""
+    count = 0
+    for sess, epoch in job.graves:
+        meta = t.meta(sess)
+        if meta is None or meta.exists or meta.epoch != epoch:
+            continue
+        t.txn.pop(META, sess)
+        t.metas[sess] = None
+        t.dirty.discard(sess)
+        count += 1
+    return Collected(count)
+
+
 _HANDLERS: dict[type, Callable[[Txn, object], Result]] = {
     WriteBatch: _batch,  # type: ignore[dict-item]
     OpenQueue: _open,  # type: ignore[dict-item]
     DeleteQueue: _delete,  # type: ignore[dict-item]
+    CollectTombstones: _collect,  # type: ignore[dict-item]
 }
 
 
@@ -334,4 +352,6 @@ def failed_result(job: Job, reason: str) -> Result:
     if isinstance(job, WriteBatch):
         error = [AppendResult(AppendStatus.STORE_ERROR)] * len(job.appends)
         return BatchResult(job.batch_id, error, reason)
+    if isinstance(job, CollectTombstones):
+        return Collected(0, reason)
     return QueueState(job.session, error=reason, store_error=True)

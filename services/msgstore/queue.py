@@ -7,7 +7,8 @@ count and bytes, ``delivered_upto`` and the number of QoS 2 marks.
 
 * seq is assigned here, as ``last_seq + 1``; ``last_seq`` is stored, never lowered —
   not by acks, clean starts or deletes (a tombstone keeps it) — so seqs only grow,
-  across restarts too.
+  across restarts too. A queue created again after its tombstone was collected starts
+  again at 1, under a higher epoch: ``(epoch, seq)`` only grows (``tombstones``).
 * Acks name individual seqs; acknowledged entries are deleted at once. Because every seq
   in ``(acked, last_seq]`` is either live or acknowledged, ``acked`` is recomputed as
   "first live entry - 1" (one seek) and therefore is the highest *contiguous* ack.
@@ -15,7 +16,8 @@ count and bytes, ``delivered_upto`` and the number of QoS 2 marks.
   other operation carrying a non-zero epoch older than the stored one is refused (an
   append gets STALE_EPOCH, an ack or mark is counted in ``stale_acks``); epoch 0 means
   unfenced (a publisher routing to the queue, expiry, inspection).
-  A deleted queue leaves a tombstone with its epoch, so fencing outlives the delete.
+  A deleted queue leaves a tombstone with its epoch, so fencing outlives the delete;
+  ``tombstones`` says when it may go (:class:`~services.msgstore.model.CollectTombstones`).
 * ``max_len`` bounds live entries: the append past it gets QUEUE_FULL. Every Open sets
   it (0 = unlimited), so the owner states the session's limit when it takes the queue.
 * A full store: appends get STORE_ERROR once live data fills ``APPEND_FILL_LIMIT`` of
@@ -80,11 +82,15 @@ class QueueStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.totals = Totals()
+        # tombstones on disk at open, (key prefix, epoch): their grace starts now
+        self.tombstones_at_open: list[tuple[bytes, int]] = []
         with engine.read() as txn:
-            for _, raw in txn.scan(META, b""):
+            for key, raw in txn.scan(META, b""):
                 meta = QueueMeta.decode(raw)
                 if meta.exists:
                     self.totals.add(Totals(1, meta.count, meta.size))
+                else:
+                    self.tombstones_at_open.append((key, meta.epoch))
 
     # -- writes ---------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ the environment. The store lives in ``data_dir/msgstore/``.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from services.common import log
@@ -21,11 +22,15 @@ from services.msgstore.config import MsgstoreSettings
 from services.msgstore.engines.base import StoreError
 from services.msgstore.engines.lmdb_engine import LmdbEngine
 from services.msgstore.metrics import StoreMetrics
+from services.msgstore.model import Collected, CollectTombstones
 from services.msgstore.queue import DBS, QueueStore
 from services.msgstore.servicer import MsgStoreServicer, add_to_server
+from services.msgstore.tombstones import Graveyard
 from services.pb import common_pb2_grpc
 
 STOP_GRACE = 1.0  # seconds in-flight RPCs get to finish once stop is set
+COLLECT_EVERY = 10.0  # seconds between two looks for tombstones past their grace
+COLLECT_BATCH = 1000  # tombstones removed per commit at most
 
 
 def open_store(settings: MsgstoreSettings) -> QueueStore:
@@ -64,6 +69,23 @@ def _metrics(store: QueueStore) -> tuple[MetricsRegistry, StoreMetrics]:
     return registry, metrics
 
 
+async def collect_tombstones(committer: Committer, graveyard: Graveyard) -> None:
+    """Now and then (a tenth of the grace, at most ``COLLECT_EVERY`` seconds), remove the
+    tombstones whose grace has passed (``tombstones``), a bounded number per commit; a
+    failure buries them again."""
+    every = min(COLLECT_EVERY, max(graveyard.grace / 10, 0.1))
+    while True:
+        await asyncio.sleep(every)
+        while due := graveyard.due(time.monotonic(), COLLECT_BATCH):
+            job = CollectTombstones(tuple((g.session, g.epoch) for g in due))
+            result = await committer.submit(job)
+            assert isinstance(result, Collected)
+            if result.error:
+                graveyard.retry(due, time.monotonic())
+                break
+            graveyard.collected += result.count
+
+
 async def serve(config: Config, stop: asyncio.Event) -> None:
     settings = build(MsgstoreSettings, config)
     store = open_store(settings)
@@ -77,7 +99,12 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         metrics=metrics,
     )
     committer.start()
-    servicer = MsgStoreServicer(store, committer)
+    graveyard = Graveyard(settings.tombstone_ttl)
+    now = time.monotonic()
+    for session, epoch in store.tombstones_at_open:
+        graveyard.bury(session, epoch, now)
+    store.tombstones_at_open = []
+    servicer = MsgStoreServicer(store, committer, graveyard=graveyard)
     ready = False
 
     def details() -> dict[str, Any]:
@@ -91,12 +118,15 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             "streams": servicer.streams,
             "pending": committer.pending,
             "groups": committer.groups,
+            "tombstones": len(graveyard),
+            "tombstones_collected": graveyard.collected,
         }
 
     server = create_server()
     add_to_server(servicer, server)
     admin = AdminServicer("msgstore", settings.nodename, registry, details, lambda: ready)
     common_pb2_grpc.add_AdminServicer_to_server(admin, server)
+    collector = asyncio.create_task(collect_tombstones(committer, graveyard))
     try:
         bind(server, settings.address)
         await server.start()
@@ -105,6 +135,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         await stop.wait()
     finally:
         ready = False
+        collector.cancel()
         await server.stop(STOP_GRACE)
         await committer.close()
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from services.common import log
+from services.msgstore import keys
 from services.msgstore.committer import Committer
 from services.msgstore.convert import (
     batch_from_pb,
@@ -38,6 +40,7 @@ from services.msgstore.model import (
     Result,
 )
 from services.msgstore.queue import QueueStore
+from services.msgstore.tombstones import Graveyard
 from services.pb import msgstore_pb2, msgstore_pb2_grpc
 
 STREAM_INFLIGHT = 256
@@ -49,11 +52,18 @@ _Waiting = tuple[Sequence[Append], list[tuple[str, int]], "asyncio.Future[Result
 
 
 class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
-    def __init__(self, store: QueueStore, committer: Committer, inflight: int = STREAM_INFLIGHT):
+    def __init__(
+        self,
+        store: QueueStore,
+        committer: Committer,
+        inflight: int = STREAM_INFLIGHT,
+        graveyard: Graveyard | None = None,
+    ):
         self.store = store
         self.committer = committer
         self.inflight = inflight
         self.streams = 0
+        self.graveyard = graveyard if graveyard is not None else Graveyard()
 
     async def Stream(
         self, request_iterator: AsyncIterator[bytes], context: Any
@@ -144,6 +154,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         assert isinstance(state, QueueState)
         if state.deleted:
             mountpoint, client_id = state.session
+            self.graveyard.bury(keys.session(mountpoint, client_id), state.epoch, time.monotonic())
             reason = request.reason or "deleted"
             log.emit("queue.deleted", client_id=client_id, mountpoint=mountpoint, reason=reason)
         return state_to_pb(state)

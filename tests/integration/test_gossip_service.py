@@ -299,3 +299,33 @@ def test_a_watcher_that_does_not_read_blocks_no_writer(node: Node) -> None:
     assert node.proc is not None
     node.proc.send_signal(signal.SIGTERM)
     assert node.proc.wait(timeout=20) == 0
+
+
+def status(channel: grpc.Channel) -> dict[str, Any]:
+    reply = common_pb2_grpc.AdminStub(channel).Status(common_pb2.StatusRequest(), timeout=5)
+    details: dict[str, Any] = json.loads(reply.json)
+    return details
+
+
+def test_a_node_alone_collects_tombstones_at_the_next_gc(node: Node) -> None:
+    """No peer can hold a value a tombstone deletes, so a node alone does not keep them
+    for ``gossip.tombstone_ttl`` (services/gossip/gc.py): the subscription records of
+    ended clean sessions no longer pile up with connection churn."""
+    with node.conf.open("a") as conf:
+        conf.write("gossip.gc_interval = 1s\n")
+    node.start()
+    with grpc.insecure_channel(node.address) as ch:
+        stub = gossip_pb2_grpc.GossipStub(ch)
+        clients = [f"gone-{i}" for i in range(50)]
+        for c in clients:
+            put(stub, gossip_pb2.MetaOp(prefix="subs", key=key(c), value=sub_record(c)))
+        for c in clients:
+            put(stub, gossip_pb2.MetaOp(prefix="subs", key=key(c), delete=True))
+        poll(lambda: status(ch)["tombstones"] == 0, 15, "tombstones collected")
+        assert status(ch)["keys"]["subs"] == 0
+        put(stub, gossip_pb2.MetaOp(prefix="subs", key=key("gone-0"), value=sub_record("back")))
+        wlog, call = watch(ch, ["subs"])
+        poll(wlog.snapshot_done.is_set, 10, "snapshot")
+        call.cancel()
+        assert wlog.copy() == {("subs", key("gone-0")): sub_record("back")}
+        assert status(ch)["dot_floor"] > 0  # collected dots are never handed out again

@@ -6,6 +6,7 @@ talks to it over the real gRPC unix socket (``service_address``), as a listener 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -21,7 +23,7 @@ import pytest
 from services.common.config import load
 from services.common.grpcutil import CHANNEL_OPTIONS, service_address
 from services.node.schema import schema
-from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
+from services.pb import common_pb2, common_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -343,3 +345,40 @@ def test_the_data_dir_and_lock_are_reused_after_sigkill(store: Callable[..., Msg
     assert ms.stub.Stats(msgstore_pb2.StatsRequest()).queues == 0
     assert ms.stop() == 0
     assert os.path.isdir(ms.base / "data" / "msgstore")
+
+
+def status(ms: MsgStore) -> dict[str, Any]:
+    assert ms.channel is not None
+    reply = common_pb2_grpc.AdminStub(ms.channel).Status(common_pb2.StatusRequest(), timeout=5)
+    details: dict[str, Any] = json.loads(reply.json)
+    return details
+
+
+def test_tombstones_of_deleted_queues_go_after_their_ttl_even_across_a_kill(
+    store: Callable[..., MsgStore],
+) -> None:
+    """A deleted queue's tombstone fences older epochs for ``msgstore.tombstone_ttl``, then
+    goes (services/msgstore/tombstones.py): tombstones no longer grow the store with every
+    client id that ever had a queue. Those on disk at a restart get a full ttl again."""
+    ms = store(**{"msgstore.tombstone_ttl": "1h"})
+    ms.start()
+    keys = [common_pb2.SessionKey(mountpoint="", client_id=f"gone-{i}") for i in range(30)]
+    for k in keys:
+        assert ms.stub.Open(msgstore_pb2.OpenRequest(key=k, epoch=3, create=True)).exists
+        one_batch(ms, msgstore_pb2.StoreBatch(batch_id=1, appends=[append("m", 3, k)]))
+        gone = ms.stub.Delete(msgstore_pb2.DeleteRequest(key=k, epoch=3))
+        assert not gone.exists and not gone.error
+    refused = ms.stub.Open(msgstore_pb2.OpenRequest(key=keys[0], epoch=2, create=True))
+    assert "stale epoch" in refused.error
+    ms.kill()
+    ms.conf.write_text(ms.conf.read_text().replace("= 1h", "= 1s"))
+    ms.start()
+    wait_for(lambda: status(ms)["tombstones_collected"] == 30, 20, "tombstones collected")
+    assert status(ms)["tombstones"] == 0
+    again = ms.stub.Open(msgstore_pb2.OpenRequest(key=keys[0], epoch=4, create=True))
+    assert again.exists and again.last_seq == 0
+    result = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=2, appends=[append("n", 4, keys[0])]))
+    assert pairs(result) == [(msgstore_pb2.APPEND_OK, 1)]
+    stale = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=3, appends=[append("o", 3, keys[0])]))
+    assert pairs(stale) == [(msgstore_pb2.APPEND_STALE_EPOCH, 0)]
+    assert ms.stop() == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from services.common.session_key import SessionKey
+from services.msgstore import keys
 from services.msgstore.engines.base import Engine
 from services.msgstore.engines.lmdb_engine import LmdbEngine
 from services.msgstore.engines.memory import MemoryEngine
@@ -17,6 +18,8 @@ from services.msgstore.model import (
     AppendResult,
     AppendStatus,
     BatchResult,
+    Collected,
+    CollectTombstones,
     DeleteQueue,
     Mark,
     MarkKind,
@@ -24,6 +27,7 @@ from services.msgstore.model import (
     QueueState,
     WriteBatch,
 )
+from services.msgstore.ops import META
 from services.msgstore.queue import DBS, QueueStore
 
 OK, NO_QUEUE, QUEUE_FULL, STALE, STORE_ERROR = (
@@ -89,6 +93,10 @@ class Harness:
 
     def entries(self, sid: SessionKey = C1, after: int = 0) -> list[tuple[int, bytes]]:
         return self.store.read(sid, 0, after).entries
+
+    def raw_meta(self, sid: SessionKey = C1) -> bytes | None:
+        with self.engine.read() as txn:
+            return txn.get(META, keys.session(*sid))
 
 
 @pytest.fixture(params=["memory", "lmdb"])
@@ -260,6 +268,51 @@ def test_delete_leaves_a_tombstone_that_fences_and_keeps_seqs(h: Harness) -> Non
     revived = h.open(epoch=5, create=True)
     assert revived.created and revived.last_seq == 2 and revived.count == 0
     assert h.append(b"4", epoch=5) == [(OK, 3)]
+
+
+def test_collecting_a_tombstone_removes_its_record_and_the_queue_starts_afresh(
+    h: Harness,
+) -> None:
+    h.open(epoch=4, create=True)
+    h.append(b"1", b"2", epoch=4)
+    h.delete(epoch=4)
+    h.restart()
+    assert h.store.tombstones_at_open == [(keys.session(*C1), 4)]
+    (done,) = h.store.write_group([CollectTombstones(((keys.session(*C1), 4),))])
+    assert done == Collected(1)
+    assert h.raw_meta() is None
+    assert h.store.state(C1) == QueueState(C1)
+    h.restart()
+    assert h.store.tombstones_at_open == []
+    again = h.open(epoch=9, create=True)
+    assert again.created and again.last_seq == 0
+    assert h.append(b"3", epoch=9) == [(OK, 1)]
+
+
+def test_collect_leaves_a_queue_created_again_or_deleted_again(h: Harness) -> None:
+    sess = keys.session(*C1)
+    h.open(epoch=4, create=True)
+    h.delete(epoch=4)
+    h.open(epoch=5, create=True)  # revived before its grace passed
+    assert h.store.write_group([CollectTombstones(((sess, 4),))]) == [Collected(0)]
+    assert h.store.state(C1).exists
+    h.delete(epoch=6)  # a newer tombstone: the old grave does not name it
+    assert h.store.write_group([CollectTombstones(((sess, 4),))]) == [Collected(0)]
+    assert h.raw_meta() is not None
+    assert h.store.write_group([CollectTombstones(((sess, 6),))]) == [Collected(1)]
+    assert h.store.totals.queues == 0
+
+
+def test_collect_and_recreate_in_one_group(h: Harness) -> None:
+    sess = keys.session(*C1)
+    h.open(epoch=2, create=True)
+    h.append(b"a", epoch=2)
+    h.delete(epoch=2)
+    results = h.store.write_group([CollectTombstones(((sess, 2),)), OpenQueue(C1, 3, create=True)])
+    assert results[0] == Collected(1)
+    state = results[1]
+    assert isinstance(state, QueueState) and state.created and state.last_seq == 0
+    assert h.store.totals.queues == 1
 
 
 def test_queues_are_independent(h: Harness) -> None:

@@ -71,6 +71,7 @@ PURE = [
     "services/msgstore/keys.py",
     "services/msgstore/ops.py",
     "services/msgstore/wire.py",
+    "services/msgstore/tombstones.py",
     "services/msgstore/engines/base.py",
     # shared
     "services/common/session_key.py",
