@@ -27,12 +27,11 @@ from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.meta_writer import MetaWriter
 from services.listener.mqtt.types import ReasonCode
-from services.listener.ports import ClientPort
+from services.listener.ports import ClientPort, QueueStore
 from services.listener.registry_client import RegistryClient, RegistryUnavailable
 from services.listener.routing.router import Router
 from services.listener.session.actions import Ended, Register
 from services.listener.session.messages import OutboundMessage
-from services.listener.store_client import StoreClient
 from services.listener.wills import Wills
 from services.pb import common_pb2, registry_pb2, registry_pb2_grpc
 
@@ -58,7 +57,7 @@ class Lifecycle:
         listener_id: str,
         max_offline: int,
         registry: registry_pb2_grpc.RegistryStub,
-        store: StoreClient,
+        store: QueueStore,
         router: Router[ClientPort],
         wills: Wills,
         meta: MetaWriter,

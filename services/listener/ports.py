@@ -9,6 +9,7 @@ front (another listener process) plugs in without touching either side.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -24,6 +25,7 @@ from services.listener.session.actions import (
 )
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.store_client import StoreClient
+from services.pb import msgstore_pb2
 
 
 class ClientPort(Protocol):
@@ -63,6 +65,18 @@ class ClientPort(Protocol):
     def shutdown(self) -> None: ...
 
     def fail(self, reason_code: int, reason: str) -> None: ...
+
+
+class QueueStore(Protocol):
+    """The msgstore as a session's lifecycle uses it (``store_client.StoreClient``)."""
+
+    def settled(self) -> bool: ...
+
+    def flush(self) -> asyncio.Future[None]: ...
+
+    async def read(
+        self, mountpoint: str, client_id: str, epoch: int, after_seq: int, max_entries: int = ...
+    ) -> msgstore_pb2.ReadReply: ...
 
 
 class BrokerPort(Protocol):
