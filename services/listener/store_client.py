@@ -58,7 +58,6 @@ MAX_APPEND_BYTES: Final = 60 * 1024 * 1024
 
 
 _STORE_ERROR: Final = int(msgstore_pb2.APPEND_STORE_ERROR)
-_TOO_LARGE: Final = f"message too large for the store stream (over {MAX_APPEND_BYTES} bytes)"
 
 
 class StreamBroken(Exception):
@@ -116,7 +115,13 @@ class _Requests:
 
 
 class StoreClient:
-    def __init__(self, channel: grpc.aio.Channel, max_inflight: int = 1) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        max_inflight: int = 1,
+        max_append: int = MAX_APPEND_BYTES,
+    ) -> None:
+        self.max_append = max_append
         self.stub = msgstore_pb2_grpc.MsgStoreStub(channel)
         self._stream = channel.stream_stream(
             _STREAM,
@@ -164,8 +169,9 @@ class StoreClient:
             self.key(mountpoint, client_id), epoch, msg, qos, retain, sub_ids
         )
         size = len(entry)
-        if size > MAX_APPEND_BYTES:
-            asyncio.get_running_loop().call_soon(callback, _STORE_ERROR, 0, _TOO_LARGE)
+        if size > self.max_append:
+            too_large = f"message too large for the store stream (over {self.max_append} bytes)"
+            asyncio.get_running_loop().call_soon(callback, _STORE_ERROR, 0, too_large)
             return
         batch = self._open
         if batch.size + size > MAX_BATCH_BYTES and batch.appends:

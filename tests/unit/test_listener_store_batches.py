@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from services.listener import convert, store_client
 from services.listener.session.messages import Message
 from services.listener.store_client import MAX_BATCH_BYTES, StoreClient
@@ -58,9 +56,11 @@ def _field(size: int) -> bytes:
     return convert.message_field(msg, "node")
 
 
-async def _append_all(sizes: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
+async def _append_all(
+    sizes: list[int], max_append: int = store_client.MAX_APPEND_BYTES
+) -> tuple[list[tuple[int, int]], list[int]]:
     channel = FakeChannel()
-    client = StoreClient(channel)  # type: ignore[arg-type]
+    client = StoreClient(channel, max_append=max_append)  # type: ignore[arg-type]
     client.start()
     got: list[tuple[int, int]] = []
     for i, size in enumerate(sizes):
@@ -84,9 +84,8 @@ def test_batches_stay_under_the_limit_and_results_keep_their_order() -> None:
     assert max(batch_sizes) <= MAX_BATCH_BYTES + 64  # the batch id and framing
 
 
-def test_an_append_too_large_for_the_stream_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_client, "MAX_APPEND_BYTES", 5_000_000)
-    got, _ = asyncio.run(_append_all([100, 6_000_000, 100]))
+def test_an_append_too_large_for_the_stream_fails_alone() -> None:
+    got, _ = asyncio.run(_append_all([100, 6_000_000, 100], max_append=5_000_000))
     statuses = dict(got)
     assert statuses[0] == statuses[2] == 0
     assert statuses[1] == msgstore_pb2.APPEND_STORE_ERROR
