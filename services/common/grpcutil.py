@@ -190,8 +190,10 @@ class Pacer:
         self._last_sent = now
         self._last_ops = ops
 
-    def answered(self) -> None:
-        """The other side answered (one of) the batches in flight; an answer that finds
-        none in flight (a late result of an older batch) is not banked."""
-        if self._inflight:
-            self._inflight -= 1
+    def answered(self, batches: int = 1) -> None:
+        """The other side answered ``batches`` of the batches in flight. One answer may
+        stand for several (read while the previous answer was being written) or for none
+        (late results only): counting answers instead of receipts would leave batches in
+        flight forever, and an idle stream waiting for an answer that never comes. More
+        receipts than batches in flight (an answer from before a restart) are not banked."""
+        self._inflight = max(0, self._inflight - batches)

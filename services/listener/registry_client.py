@@ -204,8 +204,9 @@ class RegistryClient:
                 raise RegistryUnavailable((await call.code()).name, str(await call.details()))
             self.connected.set()
             async for batch in call:
-                pacer.answered()
-                answered.set()
+                if batch.receipts:
+                    pacer.answered(batch.receipts)
+                    answered.set()
                 self._answer(batch)
         finally:
             call.cancel()

@@ -96,10 +96,12 @@ class ConnectionResult(_message.Message):
     def __init__(self, id: _Optional[int] = ..., register: _Optional[_Union[RegisterReply, _Mapping]] = ..., disconnected: _Optional[_Union[DisconnectedReply, _Mapping]] = ...) -> None: ...
 
 class ConnectionResults(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "receipts")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ConnectionResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[ConnectionResult, _Mapping]]] = ...) -> None: ...
+    receipts: int
+    def __init__(self, results: _Optional[_Iterable[_Union[ConnectionResult, _Mapping]]] = ..., receipts: _Optional[int] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("listener_id", "node")

@@ -108,7 +108,8 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         Each op runs as its own task (a registration may wait for a takeover while others
         complete). Every batch read gets one results message at least, as soon as the ops
         that complete at once have: an empty one (a receipt) when none has. The listener
-        sends its next batch when an answer comes back (``grpcutil.Pacer``), so the
+        sends its next batch when an answer comes back (``grpcutil.Pacer``; ``receipts``
+        says how many of its batches a message answers, as one may answer several), so the
         receipt keeps a slow op (a takeover, a persistent session's writes) from holding
         back the CONNECTs behind it. Results that come later leave with the next message,
         and whatever completes while one is being written goes with the one after; under
@@ -221,7 +222,7 @@ class _Answers:
         return bool(self.finished or self.unanswered)
 
     def take(self) -> registry_pb2.ConnectionResults:
-        out = registry_pb2.ConnectionResults(results=self.finished)
+        out = registry_pb2.ConnectionResults(results=self.finished, receipts=self.unanswered)
         self.finished = []
         self.unanswered = 0
         return out

@@ -159,9 +159,9 @@ class _Call:
     async def __anext__(self) -> registry_pb2.ConnectionResults:
         return await self.answers.get()
 
-    def answer(self, *ids: int) -> None:
+    def answer(self, *ids: int, receipts: int = 1) -> None:
         results = [registry_pb2.ConnectionResult(id=i) for i in ids]
-        self.answers.put_nowait(registry_pb2.ConnectionResults(results=results))
+        self.answers.put_nowait(registry_pb2.ConnectionResults(results=results, receipts=receipts))
 
 
 class _Stub:
@@ -199,15 +199,22 @@ def test_a_lone_op_leaves_at_once_and_a_busy_stream_gathers() -> None:
         assert client.batches == 10
         first = await _submit(client, "a")
         (a_id,) = await call.batches.get()
-        rest = [await _submit(client, cid) for cid in ("b", "c", "d")]
+        rest = [await _submit(client, cid) for cid in ("b", "c")]
         await asyncio.sleep(0)  # a turn for a sender that would not wait
-        assert call.batches.empty()  # busy: b, c and d gather behind a
+        assert call.batches.empty()  # in flight: b and c gather behind a
         call.answer()  # a receipt without results answers the batch too
         gathered = await call.batches.get()
-        assert len(gathered) == 3
-        call.answer(a_id, *gathered)
-        await asyncio.gather(first, *rest)
-        assert client.batches == 12
+        assert len(gathered) == 2
+        call.answer(a_id, receipts=0)  # a late result answers no batch: [b, c] in flight
+        await first
+        d = await _submit(client, "d")
+        await asyncio.sleep(0)
+        assert call.batches.empty()  # d waits for the receipt of [b, c]
+        call.answer(*gathered)
+        (d_id,) = await call.batches.get()  # and leaves on it
+        call.answer(d_id)
+        await asyncio.gather(*rest, d)
+        assert client.batches == 13
         await client.stop()
 
     run_stopped(body)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.common.grpcutil import Pacer
@@ -101,3 +101,64 @@ def test_a_storm_gathers_while_busy_and_loses_no_op(events: list[str]) -> None:
         elif gathered and inflight == 0 and not busy:
             raise AssertionError("a stream carrying lone ops waited for the clock")
     assert [op for _, b in batches for op in b] + gathered == list(range(1, ops + 1))
+
+
+def test_one_answer_may_carry_several_receipts_or_none() -> None:
+    p = Pacer(W)
+    p.sent(30, 1.0)
+    p.sent(30, 1.006)
+    p.sent(1, 1.012)
+    p.answered(0)  # late results only: nothing it answers is in flight
+    assert p.inflight == 3
+    p.answered(2)  # the registry read two batches while it wrote the previous answer
+    assert p.inflight == 1
+    assert p.delay(1.013) is None
+    p.answered(1)
+    assert p.delay(1.013) == 0.0
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.sampled_from(["op", "op", "op", "tick", "read", "write", "late"]),
+        min_size=1,
+        max_size=400,
+    )
+)
+def test_both_ends_of_a_stream_never_wait_on_each_other(events: list[str]) -> None:
+    """The listener's pacer against a registry that merges the receipts of the batches it
+    read while writing into one answer, and sends late results with no receipt. Once the
+    registry has read and answered every batch sent, the listener has nothing in flight,
+    so ops gathered meanwhile leave at once (after the window if the stream was busy):
+    the stream cannot stall with ops waiting and nothing to wake it. Counting answers
+    rather than receipts stalled it after a storm (issue 15's fuzzer: every CONNECT then
+    timed out with 0x88)."""
+    p = Pacer(W)
+    now = 0.0
+    gathered = 0
+    on_wire: list[int] = []  # batches sent, not yet read by the registry (sizes)
+    unanswered = 0  # batches the registry read and owes a receipt
+    for event in events:
+        if event == "op":
+            gathered += 1
+        elif event == "tick":
+            now += W / 2
+        elif event == "read" and on_wire:
+            on_wire.pop(0)
+            unanswered += 1
+        elif event == "write" and unanswered:
+            p.answered(unanswered)
+            unanswered = 0
+        elif event == "late":
+            p.answered(0)
+        wait = p.delay(now)
+        if gathered and wait == 0.0:
+            p.sent(gathered, now)
+            on_wire.append(gathered)
+            gathered = 0
+        assert p.inflight == len(on_wire) + unanswered  # in flight: exactly the unanswered
+    # drain: the registry reads and answers everything; time passes one window
+    unanswered += len(on_wire)
+    p.answered(unanswered)
+    assert p.inflight == 0
+    assert p.delay(now + W) == 0.0
