@@ -36,6 +36,12 @@ def parse(argv: list[str]) -> tuple[Options, argparse.Namespace]:
     ap.add_argument("--valid-share", type=float, default=0.1, help="cases left unmutated")
     ap.add_argument("--persistent-ids", type=int, default=500)
     ap.add_argument("--topics", type=int, default=200)
+    ap.add_argument(
+        "--max-payload",
+        type=int,
+        default=16384,
+        help="largest payload of a valid PUBLISH or will (the rare large ones)",
+    )
     ap.add_argument("--settle", type=float, default=5.0, help="quiet seconds after each run")
     ap.add_argument("--out", type=Path, help="write the JSON summary here too")
     ap.add_argument("--replay", action="append", default=[], metavar="SEED:INDEX")
@@ -51,7 +57,7 @@ def parse(argv: list[str]) -> tuple[Options, argparse.Namespace]:
         time_limit=ns.time_limit,
         roundtrip_every=ns.roundtrip_every,
         valid_share=ns.valid_share,
-        pools=Pools(persistent_ids=ns.persistent_ids, topics=ns.topics),
+        pools=Pools(persistent_ids=ns.persistent_ids, topics=ns.topics, max_payload=ns.max_payload),
         settle=ns.settle,
     )
     return opts, ns

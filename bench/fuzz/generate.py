@@ -33,6 +33,7 @@ class Pools:
     prefix: str = "fz"
     persistent_ids: int = 500
     topics: int = 200
+    max_payload: int = 16384  # the rare large payloads are up to this many bytes
 
 
 class Generator:
@@ -71,7 +72,10 @@ class Generator:
 
     def payload(self) -> bytes:
         r = self.rng
-        size = r.choice((0, 1, 8, 64, 200)) if r.random() < 0.98 else r.randrange(1, 16384)
+        if r.random() < 0.98:
+            size = r.choice((0, 1, 8, 64, 200))
+        else:
+            size = r.randrange(1, max(2, self.pools.max_payload))
         return r.randbytes(size)
 
     # -- CONNECT ----------------------------------------------------------------------
