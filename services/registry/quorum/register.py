@@ -1,0 +1,106 @@
+"""The value of one client id's register, and the changes a proposer may apply to it.
+
+A register holds a directory :class:`Entry` or ``None`` (nobody ever wrote it). A change
+is a pure function ``Entry | None -> Entry | None``: a proposer reads the highest accepted
+value from a majority, applies the change and writes the result back, so the change must
+give the same result wherever and however often it runs. Changes are named dataclasses,
+not lambdas, so a test can print them and a shell can log them.
+
+**The epoch rule.** The epoch is the entry's version of *ownership*: every
+:class:`Claim` raises it by exactly 1 over the epoch it read, and no other change moves
+it. Because CASPaxos applies each change to the latest chosen value (never to a stale
+copy), epochs strictly increase across ownership changes, whichever node completes them.
+For the same reason a register is never emptied: :class:`Release` leaves a tombstone
+(state ``"deleted"``) that keeps the epoch, so the next claim cannot restart at 1.
+
+Worked example::
+
+    e1 = Claim("a", ("a", "b")).apply(None)      # Entry("a", 1, ("a", "b"), "online")
+    e2 = SetState(1, "offline").apply(e1)        # epoch 1 still current: offline
+    e3 = SetState(7, "online").apply(e2)         # stale epoch: e3 == e2 (CAS failed)
+    e4 = Claim("b", ("b", "c")).apply(e3)        # Entry("b", 2, ("b", "c"), "online")
+    e5 = Release(2).apply(e4)                    # Entry("b", 2, ("b", "c"), "deleted")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+ONLINE = "online"
+OFFLINE = "offline"
+TENTATIVE = "tentative"
+DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A client id's directory entry: who owns the session, since which epoch, where its
+    queue is replicated, and its state (``online``, ``offline``, ``tentative``,
+    ``deleted``)."""
+
+    owner: str
+    epoch: int
+    replicas: tuple[str, ...]
+    state: str
+
+
+class Change(Protocol):
+    """What a proposer applies to the highest accepted value it read."""
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        """The new value; must be deterministic (it may run on any node)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The identity: a round that writes back what it reads, so the read is linearizable
+    (it returns the last committed value or a newer one, never a value a minority
+    accepted and the cluster then lost)."""
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        return current
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Take ownership: ``node`` owns the session at the read epoch + 1 (1 for a new id).
+
+    Unconditional, like a takeover: whoever owned it before is superseded. Retried after
+    an unknown outcome it may raise the epoch twice, which is harmless (same owner).
+    """
+
+    node: str
+    replicas: tuple[str, ...]
+    state: str = ONLINE
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        epoch = 1 if current is None else current.epoch + 1
+        return Entry(self.node, epoch, self.replicas, self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class SetState:
+    """Compare-and-set on the epoch: set ``state`` only if the owner the caller knew (at
+    ``expected_epoch``) still owns the session; otherwise leave the value as it is, and
+    the caller sees from the committed ``previous`` that it lost."""
+
+    expected_epoch: int
+    state: str
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        if current is None or current.epoch != self.expected_epoch:
+            return current
+        return replace(current, state=self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """End the session if ``expected_epoch`` still owns it: a tombstone that keeps the
+    epoch (never ``None``, which would let a later claim reuse epoch 1)."""
+
+    expected_epoch: int
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        return SetState(self.expected_epoch, DELETED).apply(current)
