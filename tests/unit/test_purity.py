@@ -61,9 +61,12 @@ PURE = [
     "services/gossip/codec.py",
     "services/gossip/watch.py",
     "services/gossip/engines/base.py",
+    "services/gossip/membership",
+    "services/gossip/cluster/address_book.py",
     # registry: who leads a client id, the session table
     "services/registry/leadership.py",
     "services/registry/sessions.py",
+    "services/registry/quorum",
     "services/registry/engines/base.py",
     # msgstore: the queue model and the code that applies it to an engine
     "services/msgstore/model.py",
@@ -75,6 +78,7 @@ PURE = [
     "services/msgstore/engines/base.py",
     # shared
     "services/common/session_key.py",
+    "services/common/peer/auth.py",
 ]
 
 STORES = ("gossip", "msgstore", "registry")
