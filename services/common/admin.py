@@ -97,11 +97,20 @@ def cluster() -> None:
 @cluster.command("show")
 @click.pass_context
 def cluster_show(ctx: click.Context) -> None:
-    """List the cluster's nodes and whether they run."""
+    """List the cluster's members: state (up, down, leaving), address, majority flag."""
     rows = ctx.obj["node"].get("/api/v1/cluster/show")
     _emit(
         ctx,
-        [{"Node": r["node"], "Running": str(r["running"]).lower()} for r in rows]
+        [
+            {
+                "Node": r["node"],
+                "Running": str(r["running"]).lower(),
+                "State": r["state"],
+                "Address": r["address"],
+                "Majority": str(r["majority"]).lower(),
+            }
+            for r in rows
+        ]
         if not ctx.obj["json"]
         else rows,
     )

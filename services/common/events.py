@@ -256,6 +256,15 @@ _SPECS: Final = [
     _e("node.joined", "A member joined the cluster.", peer="str"),
     _e("node.left", "A member left the cluster.", peer="str"),
     _e(
+        "cluster.refused",
+        "An inter-node call was refused: it did not prove distributed_cookie. The cluster "
+        "is left unchanged.",
+        peer="str",
+        address="str",
+        method="str",
+        reason="str",
+    ),
+    _e(
         "netsplit.detected",
         "This node lost sight of a majority or of some members.",
         unreachable="list[str]",

@@ -13,6 +13,22 @@ from services.common.typed_settings import computed, setting
 
 SETTINGS: list[Setting] = [
     Setting(
+        "cluster.listen",
+        "address",
+        "127.0.0.1:0",
+        "This node's inter-node address (host:port): other members reach its gossip "
+        "service here, and every call on it must prove distributed_cookie. Port 0 takes a "
+        "free port (cluster show tells which); on real hosts set a fixed one, as "
+        "VerneMQ's 44053.",
+    ),
+    Setting(
+        "cluster.seeds",
+        "str",
+        "",
+        "Comma-separated inter-node addresses (host:port) of members to join at start-up; "
+        "empty: start alone, or wait for ternmq-admin cluster join.",
+    ),
+    Setting(
         "gossip.map_size",
         "size",
         "1GB",
@@ -71,11 +87,18 @@ def _gc_interval(value: float) -> float:
     return max(0.1, value)
 
 
+def _seeds(value: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in value.split(",") if s.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class GossipSettings:
     """Built once at start-up (``typed_settings.build``) and passed to what needs it."""
 
     nodename: str = setting("nodename")
+    cookie: str = setting("distributed_cookie")
+    cluster_listen: str = setting("cluster.listen")
+    seeds: tuple[str, ...] = setting("cluster.seeds", convert=_seeds)
     data_dir: Path = setting("data_dir", convert=Path)
     address: str = computed(_address)
     map_size: int = setting("gossip.map_size")

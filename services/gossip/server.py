@@ -20,7 +20,11 @@ from typing import Any
 from services.common import grpcutil, service
 from services.common.config import Config
 from services.common.metrics import MetricsRegistry
+from services.common.peer import channel as peer_channel
+from services.common.peer.identity import load_or_create
 from services.common.typed_settings import build
+from services.gossip.cluster.node import ClusterNode
+from services.gossip.cluster.servicer import ClusterServicer
 from services.gossip.committer import Committer, load_store
 from services.gossip.config import GossipSettings
 from services.gossip.engines.lmdb_engine import LmdbEngine
@@ -29,7 +33,7 @@ from services.gossip.hub import WatchHub
 from services.gossip.metrics import GossipMetrics
 from services.gossip.servicer import GossipServicer
 from services.gossip.store import MetaStore
-from services.pb import common_pb2_grpc, gossip_pb2_grpc
+from services.pb import cluster_pb2_grpc, common_pb2_grpc, gossip_pb2_grpc
 
 GRACE_S = 1.0
 
@@ -98,12 +102,28 @@ async def _serve(
             "dot_floor": store.dot_floor,
         }
 
+    identity = load_or_create(settings.data_dir, settings.nodename)
+    cluster = ClusterNode(identity, settings.cookie, settings.seeds, settings.data_dir / "cluster")
+    peers = peer_channel.create_server(settings.cookie)
+    cluster_pb2_grpc.add_ClusterServicer_to_server(ClusterServicer(cluster), peers)
+    host = settings.cluster_listen.rpartition(":")[0]
+    port = peers.add_insecure_port(settings.cluster_listen)
+    if port == 0:
+        raise OSError(f"cannot bind cluster.listen {settings.cluster_listen}")
+    await peers.start()
+    cluster.start(f"{host}:{port}")
+
+    def all_details() -> dict[str, Any]:
+        return {**details(), "cluster": cluster.details()}
+
     server = grpcutil.create_server()
     gossip_pb2_grpc.add_GossipServicer_to_server(
-        GossipServicer(store, committer, hub, settings, metrics), server
+        GossipServicer(store, committer, hub, settings, metrics, views=cluster.views), server
     )
     common_pb2_grpc.add_AdminServicer_to_server(
-        grpcutil.AdminServicer("gossip", settings.nodename, registry, details, ready=lambda: True),
+        grpcutil.AdminServicer(
+            "gossip", settings.nodename, registry, all_details, ready=lambda: cluster.ready
+        ),
         server,
     )
     grpcutil.bind(server, settings.address)
@@ -114,6 +134,8 @@ async def _serve(
         await stop.wait()
     finally:
         hub.close()
+        await cluster.stop()
+        await peers.stop(GRACE_S)
         await server.stop(GRACE_S)
         await gc_task
         await committer.close()

@@ -11,7 +11,7 @@ control lets it send again. Domain errors become status codes in one place,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
 import grpc
@@ -81,12 +81,24 @@ class GossipServicer(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         hub: WatchHub,
         settings: GossipSettings,
         metrics: GossipMetrics,
+        views: Callable[[], AsyncIterator[gossip_pb2.ClusterView]] | None = None,
     ) -> None:
         self.store = store
         self.committer = committer
         self.hub = hub
         self.settings = settings
         self.metrics = metrics
+        self.views = views
+
+    async def WatchView(
+        self, request: gossip_pb2.WatchViewRequest, context: Context
+    ) -> AsyncIterator[gossip_pb2.ClusterView]:
+        """The cluster view now, then each change (coalesced: the latest view wins)."""
+        if self.views is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no cluster on this service")
+            return
+        async for view in self.views():
+            yield view
 
     async def Put(self, request: gossip_pb2.PutRequest, context: Context) -> gossip_pb2.PutReply:
         try:

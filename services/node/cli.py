@@ -76,6 +76,44 @@ def start(config_path: str | None, sets: tuple[str, ...]) -> None:
     sys.exit(start_node(load_config(config_path, sets)))
 
 
+@cli.group("dev-cluster", invoke_without_command=True)
+@click.option("--nodes", "count", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option("--base-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A key for every node.")
+@click.pass_context
+def dev_cluster(
+    ctx: click.Context, count: int, base_dir: str | None, sets: tuple[str, ...]
+) -> None:
+    """Start N local nodes, joined, in the background (node k: MQTT 10003+50k, HTTP
+    10008+50k); `dev-cluster stop --base-dir DIR` stops them."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if base_dir is None:
+        raise click.UsageError("--base-dir is required")
+    from services.node import dev_cluster as dc
+
+    load_config(None, sets)  # a bad --set stops here (exit 2), before any node starts
+    problem = dc.start(Path(base_dir), count, _overrides(sets))
+    for d in dc.nodes(Path(base_dir), count):
+        click.echo(
+            f"{d.name}  mqtt 127.0.0.1:{d.mqtt_port}  http 127.0.0.1:{d.http_port}  "
+            f"pid {dc.running_pid(d) or '-'}  {d.dir}"
+        )
+    if problem:
+        click.echo(f"ternmq dev-cluster: not ready: {problem}", err=True)
+        sys.exit(1)
+
+
+@dev_cluster.command("stop")
+@click.option("--base-dir", type=click.Path(file_okay=False), required=True)
+def dev_cluster_stop(base_dir: str) -> None:
+    """Stop every node of a dev cluster (SIGTERM, then SIGKILL of stragglers)."""
+    from services.node import dev_cluster as dc
+
+    stopped = dc.stop(Path(base_dir))
+    click.echo(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
 @cli.group()
 def config() -> None:
     """Inspect the configuration schema."""

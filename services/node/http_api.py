@@ -266,8 +266,22 @@ class HttpApi:
         ]
 
     def cluster_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
-        ok, _ = self._ready()
-        return HTTPStatus.OK, [{"node": self.config["nodename"], "running": ok}]
+        """Every member as this node's gossip service sees it, VerneMQ's columns first."""
+        gossip = self.client.status("gossip")
+        cluster = gossip.get("cluster")
+        if not isinstance(cluster, dict):
+            return HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the gossip service does not answer"}
+        return HTTPStatus.OK, [
+            {
+                "node": m["node"],
+                "running": m["state"] == "up",
+                "state": m["state"],
+                "address": m["address"],
+                "majority": cluster["majority"],
+                "joined": cluster["joined"] if m["node"] == cluster["node"] else None,
+            }
+            for m in cluster["members"]
+        ]
 
     def session_show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
         return HTTPStatus.OK, self.client.sessions(q.get("client_id", [""])[0])

@@ -6,6 +6,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class WatchViewRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterView(_message.Message):
+    __slots__ = ("self_node", "members", "up", "majority", "joined")
+    SELF_NODE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    MAJORITY_FIELD_NUMBER: _ClassVar[int]
+    JOINED_FIELD_NUMBER: _ClassVar[int]
+    self_node: str
+    members: _containers.RepeatedScalarFieldContainer[str]
+    up: _containers.RepeatedScalarFieldContainer[str]
+    majority: bool
+    joined: bool
+    def __init__(self, self_node: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ..., up: _Optional[_Iterable[str]] = ..., majority: _Optional[bool] = ..., joined: _Optional[bool] = ...) -> None: ...
+
 class MetaOp(_message.Message):
     __slots__ = ("prefix", "key", "value", "delete")
     PREFIX_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class GossipStub:
                 request_serializer=services_dot_pb_dot_gossip__pb2.WatchRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_gossip__pb2.WatchEvent.FromString,
                 _registered_method=True)
+        self.WatchView = channel.unary_stream(
+                '/ternmq.gossip.Gossip/WatchView',
+                request_serializer=services_dot_pb_dot_gossip__pb2.WatchViewRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_gossip__pb2.ClusterView.FromString,
+                _registered_method=True)
 
 
 class GossipServicer:
@@ -74,6 +79,14 @@ class GossipServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchView(self, request, context):
+        """This node's view of the cluster: the current one at once, then every change. The
+        registry and the listeners decide with it (majority, members up).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GossipServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +104,11 @@ def add_GossipServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=services_dot_pb_dot_gossip__pb2.WatchRequest.FromString,
                     response_serializer=services_dot_pb_dot_gossip__pb2.WatchEvent.SerializeToString,
+            ),
+            'WatchView': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchView,
+                    request_deserializer=services_dot_pb_dot_gossip__pb2.WatchViewRequest.FromString,
+                    response_serializer=services_dot_pb_dot_gossip__pb2.ClusterView.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +192,33 @@ class Gossip:
             '/ternmq.gossip.Gossip/Watch',
             services_dot_pb_dot_gossip__pb2.WatchRequest.SerializeToString,
             services_dot_pb_dot_gossip__pb2.WatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ternmq.gossip.Gossip/WatchView',
+            services_dot_pb_dot_gossip__pb2.WatchViewRequest.SerializeToString,
+            services_dot_pb_dot_gossip__pb2.ClusterView.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,6 +18,7 @@ from services.common.service import started
 from services.common.typed_settings import build
 from services.pb import common_pb2_grpc, registry_pb2_grpc
 from services.registry.backends import Backends
+from services.registry.cluster_view import ViewFollower
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
@@ -51,6 +52,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     serving = False
     server = create_server()
     expiry: asyncio.Task[None] | None = None
+    following: asyncio.Task[None] | None = None
     try:
         await recover(registrar, sessions, reserved)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registrar, hub), server)
@@ -62,6 +64,9 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         await server.start()
         serving = True
         started(settings.address)
+        follower = ViewFollower(backends.gossip, settings.node)
+        registrar.cluster = lambda: follower.view
+        following = asyncio.create_task(follower.run(), name="registry-view")
         expiry = asyncio.create_task(registrar.run_expiry(stop), name="registry-expiry")
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({expiry, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -72,6 +77,9 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         serving = False
         hub.close()
         await server.stop(STOP_GRACE)
+        if following is not None:
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
         if expiry is not None and not expiry.done():
             expiry.cancel()
             await asyncio.gather(expiry, return_exceptions=True)

@@ -1,0 +1,1 @@
+"""What every service shares about other nodes: identity, the inter-node handshake."""

@@ -1,0 +1,231 @@
+"""A 3-node dev cluster: it forms, detects SIGKILL and SIGSTOP, loses and regains its
+majority, takes a node back, refuses a node with the wrong cookie, and stops.
+
+One cluster serves the whole module (starting one costs seconds); the steps run in order
+and each leaves the cluster as the next expects. Every wait polls with generous bounds;
+the detection times themselves are measured in bench/, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.node import free_port, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BIN = Path(sys.executable).parent
+N1, N2, N3 = "dev1@127.0.0.1", "dev2@127.0.0.1", "dev3@127.0.0.1"
+HTTP = {N1: 10058, N2: 10108, N3: 10158}
+BOUND = 20.0  # s: generous, for a loaded CI machine
+
+
+def get(port: int, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+    except OSError:
+        return 0, None
+
+
+def states(node: str) -> dict[str, str]:
+    status, rows = get(HTTP[node], "/api/v1/cluster/show")
+    return {r["node"]: r["state"] for r in rows} if status == 200 else {}
+
+
+def health(node: str) -> int:
+    return get(HTTP[node], "/health")[0]
+
+
+def events(base: Path, node: str, name: str) -> list[dict[str, Any]]:
+    path = base / node.split("@")[0] / "log" / "gossip.jsonl"
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [e for e in lines if e["event"] == name]
+
+
+def connack_code(port: int, version: int) -> int:
+    """Send a clean CONNECT with a raw socket; the CONNACK's return or reason code."""
+    props = b"\x00" if version == 5 else b""
+    body = b"\x00\x04MQTT" + bytes([version, 0x02, 0x00, 0x3C]) + props + b"\x00\x03cid"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(bytes([0x10, len(body)]) + body)
+        data = b""
+        while len(data) < 4:
+            chunk = sock.recv(64)
+            assert chunk, f"closed after {data!r}"
+            data += chunk
+    assert data[0] == 0x20, data
+    return data[3]
+
+
+def pid_of(base: Path, node: str) -> int:
+    return int((base / node.split("@")[0] / "node.pid").read_text())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    base = tmp_path_factory.mktemp("devcluster")
+    done = subprocess.run(
+        [str(BIN / "ternmq"), "dev-cluster", "--nodes", "3", "--base-dir", str(base)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield base
+    finally:
+        subprocess.run(
+            [str(BIN / "ternmq"), "dev-cluster", "stop", "--base-dir", str(base)],
+            capture_output=True,
+            timeout=60,
+        )
+
+
+def test_the_command_returns_with_every_node_joined_and_healthy(cluster: Path) -> None:
+    for node in (N1, N2, N3):
+        assert states(node) == {N1: "up", N2: "up", N3: "up"}
+        assert health(node) == 200
+        assert (cluster / node.split("@")[0] / "ternmq.conf").exists()
+    shown = subprocess.run(
+        [str(BIN / "ternmq-admin"), "--node", "127.0.0.1:10058", "cluster", "show"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert shown.returncode == 0, shown.stderr
+    for node in (N1, N2, N3):
+        assert node in shown.stdout
+    as_json = subprocess.run(
+        [str(BIN / "ternmq-admin"), "--node", "127.0.0.1:10058", "--json", "cluster", "show"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    rows = json.loads(as_json.stdout)
+    assert {r["node"]: (r["state"], r["majority"]) for r in rows} == {
+        n: ("up", True) for n in (N1, N2, N3)
+    }
+
+
+def test_a_killed_node_is_down_on_the_others_and_the_majority_serves(cluster: Path) -> None:
+    assert connack_code(10053, 4) == 0x00
+    os.killpg(pid_of(cluster, N3), signal.SIGKILL)
+    wait_for(lambda: states(N1).get(N3) == "down" and states(N2).get(N3) == "down", BOUND)
+    assert health(N1) == 200 and health(N2) == 200  # 2 of 3 members: a majority
+    assert connack_code(10053, 4) == 0x00 and connack_code(10103, 5) == 0x00
+    wait_for(lambda: any(e["peer"] == N3 for e in events(cluster, N1, "node.down")), BOUND)
+
+
+def test_a_paused_node_is_found_by_heartbeats_and_the_minority_says_503(cluster: Path) -> None:
+    pid = pid_of(cluster, N2)
+    os.killpg(pid, signal.SIGSTOP)  # nothing closes: only the probes can tell
+    try:
+        wait_for(lambda: states(N1).get(N2) == "down", BOUND)
+        wait_for(lambda: health(N1) == 503, BOUND)  # n1 alone sees 1 of 3 members
+        wait_for(lambda: bool(events(cluster, N1, "netsplit.detected")), BOUND)  # logs lag
+        detected = events(cluster, N1, "netsplit.detected")
+        assert set(detected[-1]["unreachable"]) == {N2, N3}
+        # I3: the minority refuses CONNECT: 3.1.1 return code 3, 5.0 reason 0x88
+        wait_for(lambda: connack_code(10053, 4) == 0x03, BOUND)
+        assert connack_code(10053, 5) == 0x88
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+    wait_for(lambda: states(N1).get(N2) == "up" and health(N1) == 200, BOUND)
+    wait_for(lambda: bool(events(cluster, N1, "netsplit.healed")), BOUND)
+    wait_for(lambda: connack_code(10053, 5) == 0x00, BOUND)  # serving again
+
+
+def test_a_restarted_node_comes_back_with_its_data(cluster: Path) -> None:
+    conf = cluster / "dev3" / "ternmq.conf"
+    with open(cluster / "dev3" / "console.log", "ab") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "ternmq"), "start", "--config", str(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (cluster / "dev3" / "node.pid").write_text(f"{proc.pid}\n")
+    for node in (N1, N2, N3):
+        wait_for(lambda node=node: set(states(node).values()) == {"up"}, BOUND * 2)
+    wait_for(lambda: health(N3) == 200, BOUND)
+
+
+def test_a_node_with_the_wrong_cookie_is_refused_and_changes_nothing(
+    cluster: Path, tmp_path: Path
+) -> None:
+    conf = tmp_path / "intruder.conf"
+    http = free_port()
+    conf.write_text(
+        "\n".join(
+            [
+                "nodename = intruder@127.0.0.1",
+                f"listener.tcp.default = 127.0.0.1:{free_port()}",
+                f"listener.http.default = 127.0.0.1:{http}",
+                "cluster.seeds = 127.0.0.1:10054",
+                "distributed_cookie = not-the-cookie",
+                f"data_dir = {tmp_path / 'data'}",
+                f"log_dir = {tmp_path / 'log'}",
+                "log.console = off",
+            ]
+        )
+        + "\n"
+    )
+    proc = subprocess.Popen(
+        [str(BIN / "ternmq"), "start", "--config", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(
+            lambda: any(
+                e["peer"] == "intruder@127.0.0.1" for e in events(cluster, N1, "cluster.refused")
+            ),
+            BOUND * 2,
+        )
+        refused = [e for e in events(cluster, N1, "cluster.refused")][-1]
+        assert refused["reason"] == "wrong distributed_cookie"
+        assert get(http, "/health")[0] == 503  # it never joined
+        assert set(states(N1)) == {N1, N2, N3}
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def test_stop_stops_every_node(cluster: Path) -> None:
+    pids = [pid_of(cluster, n) for n in (N1, N2, N3)]
+    done = subprocess.run(
+        [str(BIN / "ternmq"), "dev-cluster", "stop", "--base-dir", str(cluster)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0
+    for node in (N1, N2, N3):
+        assert node in done.stdout
+    for pid in pids:
+        wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), BOUND)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
