@@ -116,6 +116,21 @@ def cluster_show(ctx: click.Context) -> None:
     )
 
 
+@cluster.command("join")
+@click.argument("discovery_node", metavar="discovery-node=HOST:PORT")
+@click.pass_context
+def cluster_join(ctx: click.Context, discovery_node: str) -> None:
+    """Join the cluster of the member whose inter-node address is HOST:PORT."""
+    key, sep, seed = discovery_node.partition("=")
+    if key != "discovery-node" or not sep or not seed:
+        raise click.UsageError("expected discovery-node=HOST:PORT")
+    result = ctx.obj["node"].get("/api/v1/cluster/join", **{"discovery-node": seed})
+    _emit(
+        ctx,
+        result if ctx.obj["json"] else {"Joined": "true", "Members": ", ".join(result["members"])},
+    )
+
+
 @cli.group()
 def session() -> None:
     """Sessions."""

@@ -118,7 +118,10 @@ async def _serve(
 
     server = grpcutil.create_server()
     gossip_pb2_grpc.add_GossipServicer_to_server(
-        GossipServicer(store, committer, hub, settings, metrics, views=cluster.views), server
+        GossipServicer(
+            store, committer, hub, settings, metrics, views=cluster.views, join=cluster.join_via
+        ),
+        server,
     )
     common_pb2_grpc.add_AdminServicer_to_server(
         grpcutil.AdminServicer(

@@ -11,7 +11,7 @@ control lets it send again. Domain errors become status codes in one place,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
 import grpc
@@ -82,6 +82,7 @@ class GossipServicer(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         settings: GossipSettings,
         metrics: GossipMetrics,
         views: Callable[[], AsyncIterator[gossip_pb2.ClusterView]] | None = None,
+        join: Callable[[str], Awaitable[gossip_pb2.JoinClusterReply]] | None = None,
     ) -> None:
         self.store = store
         self.committer = committer
@@ -89,6 +90,14 @@ class GossipServicer(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         self.settings = settings
         self.metrics = metrics
         self.views = views
+        self.join = join
+
+    async def JoinCluster(
+        self, request: gossip_pb2.JoinClusterRequest, context: Context
+    ) -> gossip_pb2.JoinClusterReply:
+        if self.join is None:
+            return gossip_pb2.JoinClusterReply(ok=False, reason="no cluster on this service")
+        return await self.join(request.seed)
 
     async def WatchView(
         self, request: gossip_pb2.WatchViewRequest, context: Context

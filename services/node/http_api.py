@@ -178,6 +178,7 @@ class HttpApi:
             "/status": self.status,
             "/metrics": self.metrics,
             "/api/v1/cluster/show": self.cluster_show,
+            "/api/v1/cluster/join": self.cluster_join,
             "/api/v1/session/show": self.session_show,
             "/api/v1/retain/show": self.retain_show,
             "/api/v1/listener/show": self.listener_show,
@@ -282,6 +283,16 @@ class HttpApi:
             }
             for m in cluster["members"]
         ]
+
+    def cluster_join(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        seed = q.get("discovery-node", [""])[0]
+        if not seed:
+            return HTTPStatus.BAD_REQUEST, {"error": "discovery-node=HOST:PORT is required"}
+        stub = gossip_pb2_grpc.GossipStub(self.client.channels["gossip"])
+        reply = stub.JoinCluster(gossip_pb2.JoinClusterRequest(seed=seed), timeout=10)
+        if not reply.ok:
+            return HTTPStatus.CONFLICT, {"error": reply.reason or "not joined"}
+        return HTTPStatus.OK, {"joined": True, "members": list(reply.members)}
 
     def session_show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
         return HTTPStatus.OK, self.client.sessions(q.get("client_id", [""])[0])

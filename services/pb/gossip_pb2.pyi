@@ -6,6 +6,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class JoinClusterRequest(_message.Message):
+    __slots__ = ("seed",)
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    seed: str
+    def __init__(self, seed: _Optional[str] = ...) -> None: ...
+
+class JoinClusterReply(_message.Message):
+    __slots__ = ("ok", "reason", "members")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    reason: str
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class WatchViewRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -54,6 +54,11 @@ class GossipStub:
                 request_serializer=services_dot_pb_dot_gossip__pb2.WatchViewRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_gossip__pb2.ClusterView.FromString,
                 _registered_method=True)
+        self.JoinCluster = channel.unary_unary(
+                '/ternmq.gossip.Gossip/JoinCluster',
+                request_serializer=services_dot_pb_dot_gossip__pb2.JoinClusterRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_gossip__pb2.JoinClusterReply.FromString,
+                _registered_method=True)
 
 
 class GossipServicer:
@@ -87,6 +92,14 @@ class GossipServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinCluster(self, request, context):
+        """Join the cluster a member at `seed` (its inter-node host:port) belongs to
+        (ternmq-admin cluster join discovery-node=...).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GossipServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +122,11 @@ def add_GossipServicer_to_server(servicer, server):
                     servicer.WatchView,
                     request_deserializer=services_dot_pb_dot_gossip__pb2.WatchViewRequest.FromString,
                     response_serializer=services_dot_pb_dot_gossip__pb2.ClusterView.SerializeToString,
+            ),
+            'JoinCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinCluster,
+                    request_deserializer=services_dot_pb_dot_gossip__pb2.JoinClusterRequest.FromString,
+                    response_serializer=services_dot_pb_dot_gossip__pb2.JoinClusterReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +237,33 @@ class Gossip:
             '/ternmq.gossip.Gossip/WatchView',
             services_dot_pb_dot_gossip__pb2.WatchViewRequest.SerializeToString,
             services_dot_pb_dot_gossip__pb2.ClusterView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.gossip.Gossip/JoinCluster',
+            services_dot_pb_dot_gossip__pb2.JoinClusterRequest.SerializeToString,
+            services_dot_pb_dot_gossip__pb2.JoinClusterReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -378,20 +378,38 @@ class ClusterNode:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
+    async def join_via(self, seed: str) -> gossip_pb2.JoinClusterReply:
+        """Join the cluster of the member at ``seed`` now (``cluster join``)."""
+        if seed == self.address:
+            return gossip_pb2.JoinClusterReply(ok=False, reason="that is this node's address")
+        try:
+            reply = await self._stub(seed).Join(
+                self._join_request(), timeout=CALL_TIMEOUT, metadata=self._metadata()
+            )
+        except grpc.aio.AioRpcError as exc:
+            rpc_failed_as("cluster", f"Join {seed}", exc.code().name, str(exc.details()))
+            return gossip_pb2.JoinClusterReply(
+                ok=False, reason=f"{seed}: {exc.code().name}: {exc.details()}"
+            )
+        self.merge_state(reply.state)
+        return gossip_pb2.JoinClusterReply(ok=self.joined, members=sorted(ml.members(self.members)))
+
+    def _join_request(self) -> cluster_pb2.JoinRequest:
+        return cluster_pb2.JoinRequest(
+            node=self.node,
+            address=self.address,
+            incarnation=self.identity.incarnation,
+            state=self.member_state(),
+        )
+
     async def _join_loop(self) -> None:
         while not self.joined and not self._stopping:
             for seed in self.seeds:
                 if seed == self.address:
                     continue
-                req = cluster_pb2.JoinRequest(
-                    node=self.node,
-                    address=self.address,
-                    incarnation=self.identity.incarnation,
-                    state=self.member_state(),
-                )
                 try:
                     reply = await self._stub(seed).Join(
-                        req, timeout=CALL_TIMEOUT, metadata=self._metadata()
+                        self._join_request(), timeout=CALL_TIMEOUT, metadata=self._metadata()
                     )
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
