@@ -251,6 +251,13 @@ _SPECS: Final = [
         reason="str",
     ),
     # -- cluster ------------------------------------------------------------------
+    _e(
+        "listener.lost",
+        "A listener process stopped watching the registry and did not come back: the "
+        "sessions it held online were ended (clean ones deleted, persistent ones offline).",
+        listener_id="str",
+        sessions="int",
+    ),
     _e("node.up", "A cluster member became reachable.", peer="str"),
     _e("node.down", "A cluster member stopped answering.", peer="str"),
     _e("node.joined", "A member joined the cluster.", peer="str"),

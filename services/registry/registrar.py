@@ -371,6 +371,24 @@ class Registrar:
                 log.emit("store.error", "error", op="registry.forget", reason=str(exc))
             return True
 
+    async def listener_lost(self, listener_id: str, grace: float) -> int:
+        """A listener's Watch stream ended: unless it watches again within ``grace``
+        seconds (a stream that broke and was reopened), its process is gone and so are its
+        connections. End their sessions as its Disconnected reports would have: clean ones
+        are deleted, persistent ones go offline and their expiry starts. Without this they
+        stayed online until the registry restarted, and a later CONNECT of the same id
+        waited for a takeover nobody could answer. Returns how many were ended."""
+        await asyncio.sleep(grace)
+        if self.hub.watching(listener_id):
+            return 0
+        lost = [s for s in self.table if s.online and s.listener_id == listener_id]
+        ended = 0
+        for s in lost:
+            if await self.disconnected(s.key, s.epoch, None):
+                ended += 1
+        log.emit("listener.lost", "warning", listener_id=listener_id, sessions=ended)
+        return ended
+
     async def expire_due(self) -> int:
         """Expire the sessions whose time has come; how many were deleted.
 

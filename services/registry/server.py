@@ -30,6 +30,8 @@ from services.registry.store import SessionStore
 from services.registry.watchers import WatchHub
 
 STOP_GRACE = 2.0
+# s a listener has to watch again after its stream broke before its sessions are ended
+LISTENER_GRACE = 5.0
 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
@@ -49,6 +51,14 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     backends = Backends(settings.msgstore_address, settings.gossip_address, settings.rpc_timeout)
     hub = WatchHub()
     registrar = Registrar(settings, table, committer, backends, hub, metrics)
+    lost: set[asyncio.Task[int]] = set()
+
+    def listener_lost(listener_id: str) -> None:
+        task = asyncio.create_task(registrar.listener_lost(listener_id, LISTENER_GRACE))
+        lost.add(task)
+        task.add_done_callback(lost.discard)
+
+    hub.on_lost = listener_lost
     serving = False
     server = create_server()
     expiry: asyncio.Task[None] | None = None
@@ -77,6 +87,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         serving = False
         hub.close()
         await server.stop(STOP_GRACE)
+        for task in list(lost):
+            task.cancel()
         if following is not None:
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)

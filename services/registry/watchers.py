@@ -12,7 +12,7 @@ ends) rather than let the registry's memory grow without bound.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from services.pb import registry_pb2
@@ -50,8 +50,16 @@ class Watcher:
 
 
 class WatchHub:
-    def __init__(self) -> None:
+    """``on_lost(listener_id)`` is called when a listener's stream ends without a newer
+    one replacing it and not because the hub closed: the listener went away."""
+
+    def __init__(self, on_lost: Callable[[str], None] | None = None) -> None:
         self._watchers: dict[str, Watcher] = {}
+        self.on_lost = on_lost
+        self._closing = False
+
+    def watching(self, listener_id: str) -> bool:
+        return listener_id in self._watchers
 
     def get(self, listener_id: str) -> Watcher | None:
         return self._watchers.get(listener_id)
@@ -78,6 +86,8 @@ class WatchHub:
             watcher.closed.set()
             if self._watchers.get(listener_id) is watcher:
                 del self._watchers[listener_id]
+                if not self._closing and self.on_lost is not None:
+                    self.on_lost(listener_id)
 
     def send(self, listener_id: str, command: registry_pb2.RegistryCommand) -> Watcher | None:
         """Push to one listener; the watcher it went to, or None if it has no stream."""
@@ -90,6 +100,7 @@ class WatchHub:
         return sum(w.push(command) for w in list(self._watchers.values()))
 
     def close(self) -> None:
+        self._closing = True
         for watcher in list(self._watchers.values()):
             watcher.close()
         self._watchers.clear()

@@ -5,6 +5,7 @@ is delivered, in publish order. The first test is the user report in
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -253,4 +254,47 @@ def test_a_restarted_registry_deletes_queues_of_sessions_it_does_not_know(
         deleted = [e for e in node.events("queue.deleted") if e["client_id"] == "q-orphan"]
         assert [e["reason"] for e in deleted] == ["orphan"]
     finally:
+        node.stop()
+
+
+def test_a_killed_listener_leaves_no_session_online_in_the_registry(tmp_path: Path) -> None:
+    """SIGKILL the listener process: its connections are gone, so once it has not watched
+    the registry again within the grace, the registry ends their sessions: the clean one is
+    deleted, the persistent one goes offline (and may be resumed), and ``listener.lost``
+    says how many. Before, both stayed online until the registry restarted."""
+    import os
+    import signal
+
+    node = make_node(tmp_path / "n")
+    node.start()
+    socks = []
+    try:
+        # raw sockets: a paho client would reconnect to the restarted listener by itself
+        for cid, flags in (("ll-clean", 0x02), ("ll-durable", 0x00)):
+            body = b"\x00\x04MQTT\x04" + bytes([flags]) + b"\x00\x3c"
+            body += len(cid).to_bytes(2, "big") + cid.encode()
+            sock = socket.create_connection(("127.0.0.1", node.mqtt_port), timeout=10)
+            sock.sendall(bytes([0x10, len(body)]) + body)
+            assert sock.recv(4) == b"\x20\x02\x00\x00"
+            socks.append(sock)
+
+        def sessions() -> dict[str, bool]:
+            rows = node.get_json("/api/v1/session/show")
+            assert isinstance(rows, list)
+            return {r["client_id"]: r["online"] for r in rows}
+
+        assert sessions() == {"ll-clean": True, "ll-durable": True}
+        pid = node.get_json("/status")["children"]["listener"]["pid"]  # type: ignore[index]
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: sessions() == {"ll-durable": False}, 60, 0.2, "sessions ended")
+        node.settle_logs()
+        lost = list(node.events("listener.lost"))
+        assert [e["sessions"] for e in lost] == [2]
+        node.wait_healthy()
+        back = Client("ll-durable", node.mqtt_port, clean=False).connect()
+        assert back.session_present
+        back.disconnect()
+    finally:
+        for sock in socks:
+            sock.close()
         node.stop()

@@ -5,11 +5,11 @@ memberlist with its Lifeguard extensions).
 Theory of operation
 -------------------
 Each node probes one member per *protocol period* ``T`` (``probe_interval``), walking the
-other members in a random order fixed at start (a new member is inserted at a random
-place), so each member is probed by each node exactly once every ``N - 1`` periods. A
-probe is a ``Ping``; without an ``Ack`` after ``ack_timeout``, the node asks up to
-``indirect_probes`` random alive members to ping the target for it (``PingReq``); they
-answer ``Ack`` or, after ``nack_timeout``, ``Nack``. With no ack by the end of the period
+other members in a random cycle (``probe_order``): each member is probed by each node
+once every ``N - 1`` periods. A probe is a ``Ping``; without an ``Ack`` after
+``ack_timeout``, the node asks up to ``indirect_probes`` random alive members to ping the
+target for it (``PingReq``); they answer ``Ack`` or, after ``nack_timeout``, ``Nack``
+(Lifeguard: proof that the helper, at least, hears us). With no ack by the end of the period
 the target becomes *suspect*, a rumour piggybacked on every message and spread by
 ``Gossip`` to ``gossip_fanout`` random members every ``gossip_interval``. A suspect that
 is alive refutes by raising its *incarnation* (only a node raises its own): ``Alive`` at a
@@ -25,12 +25,9 @@ majority it has not seen.
 
 ``peer_disconnected`` is the fast path: the shell calls it when an inter-node connection
 closes, which on one host happens the instant a peer is SIGKILLed. The peer is declared
-dead at once and the rumour spreads; if the peer is in fact alive it refutes on the next
-ping it gets (at most ``N - 1`` periods later).
-
-Detection time: every live member declares a paused node down within
-``N·T + suspicion_max`` (1.4 s for 3 members with the defaults), a SIGKILLed one at once
-when its connection closes; ``timing`` has the derivation.
+dead at once and the rumour spreads; a peer that is in fact alive refutes on the next
+ping it gets. A paused peer (no close) is down everywhere within ``N·T + suspicion_max``
+(1.4 s for 3 members with the defaults); ``timing`` has the derivation.
 
 Worked example, members a b c, c paused (SIGSTOP) just before a's turn to probe it::
 
@@ -67,6 +64,7 @@ from services.gossip.membership.messages import (
     State,
     Suspect,
 )
+from services.gossip.membership.probe_order import ProbeOrder
 from services.gossip.membership.suspicion import Health, Suspicion
 from services.gossip.membership.timing import Config
 
@@ -118,8 +116,7 @@ class Detector:
         self._rng = rng
         self._incarnation = incarnation
         self._peers: dict[str, _Peer] = {}
-        self._ring: list[str] = []
-        self._ring_pos = 0
+        self._order = ProbeOrder(rng)
         self._seq = 0
         self._probe: _Probe | None = None
         self._relays: dict[int, _Relay] = {}
@@ -203,9 +200,7 @@ class Detector:
         for gone in set(self._peers) - wanted:
             del self._peers[gone]
             self._queue.discard(gone)
-            i = self._ring.index(gone)
-            self._ring.pop(i)
-            self._ring_pos -= i < self._ring_pos
+            self._order.remove(gone)
             if self._probe is not None and self._probe.target == gone:
                 self._probe = None
         self._add_peers(wanted - set(self._peers))
@@ -214,6 +209,7 @@ class Detector:
     # -- the machine --------------------------------------------------------------------
 
     def _begin(self, now: float) -> None:
+        """Start a call; a call far later than ``next_wakeup()`` means we were stalled."""
         self._out = Output()
         late = now - self.next_wakeup()
         if late > self.config.stall_threshold:
@@ -227,6 +223,7 @@ class Detector:
             self._next_probe_at = now
 
     def _end(self, now: float) -> Output:
+        """Run every timer that is due (any call may find some), then hand the output over."""
         cfg = self.config
         for seq, relay in list(self._relays.items()):
             if not relay.nacked and now >= relay.nack_at:
@@ -255,10 +252,7 @@ class Detector:
     def _handle(self, m: Message, now: float) -> bool:
         """Act on a message's own meaning; True when it was answered to its sender."""
         match m:
-            case Ping() if m.target == self.node:
-                self._reply(m.src, m.seq, ok=True)
-                return True
-            case PingReq() if m.target == self.node:
+            case Ping() | PingReq() if m.target == self.node:
                 self._reply(m.src, m.seq, ok=True)
                 return True
             case PingReq():
@@ -311,11 +305,8 @@ class Detector:
     def _start_probe(self, now: float) -> None:
         cfg, m = self.config, self._health.multiplier
         self._next_probe_at = now + cfg.probe_interval * m
-        if not self._ring:
+        if (target := self._order.next()) is None:
             return
-        self._ring_pos %= len(self._ring)
-        target = self._ring[self._ring_pos]
-        self._ring_pos += 1
         seq = self._next_seq()
         self._emit(target, Ping(self.node, self._incarnation, seq, target, ()))
         if self._peers[target].state is not State.DEAD:  # a down node only gets its chance
@@ -381,6 +372,4 @@ class Detector:
     def _add_peers(self, names: Iterable[str]) -> None:
         for name in sorted(names):
             self._peers[name] = _Peer()
-            i = self._rng.randrange(len(self._ring) + 1)  # random insertion: a shuffle
-            self._ring.insert(i, name)
-            self._ring_pos += i < self._ring_pos
+            self._order.add(name)
