@@ -273,11 +273,17 @@ _SPECS: Final = [
     ),
     _e(
         "netsplit.detected",
-        "This node lost sight of a majority or of some members.",
+        "This node no longer sees a majority of the members (it refuses CONNECT unless "
+        "allow_register_during_netsplit; /health answers 503).",
         unreachable="list[str]",
         members="int",
     ),
-    _e("netsplit.healed", "Every member is reachable again.", duration_s="float", members="int"),
+    _e(
+        "netsplit.healed",
+        "This node sees a majority of the members again; duration_s since it lost it.",
+        duration_s="float",
+        members="int",
+    ),
     _e(
         "rpc.failed",
         "An inter-service RPC failed.",

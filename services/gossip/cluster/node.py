@@ -90,6 +90,7 @@ class ClusterNode:
         self._wake = asyncio.Event()
         self._view_changed = asyncio.Event()  # replaced at each change: waiters see one
         self._published: tuple[View, bool] | None = None
+        self._split_at: float | None = None  # monotonic time the majority was lost
         self._stopping = False
         self.dropped = 0  # messages a full link queue or an unknown address lost
         self.link_up: dict[str, bool] = {}  # outgoing links established now
@@ -212,7 +213,14 @@ class ClusterNode:
         new = make_view(self.node, self.members, self.detector.up)
         for event in diff(self.view, new):
             level = "warning" if event.name in ("node.down", "netsplit.detected") else "info"
-            log.emit(event.name, level, **event.fields)
+            fields = dict(event.fields)
+            if event.name == "netsplit.detected":
+                self._split_at = time.monotonic()
+            elif event.name == "netsplit.healed":
+                since = self._split_at
+                fields["duration_s"] = round(time.monotonic() - since, 3) if since else 0.0
+                self._split_at = None
+            log.emit(event.name, level, **fields)
         self.view = new
         if self._published != (new, self.joined):
             self._published = (new, self.joined)
