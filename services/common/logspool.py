@@ -34,6 +34,7 @@ from typing import Any
 from services.common import log
 from services.common.events import EVENTS
 from services.common.logwriter import JsonlWriter
+from services.common.pids import alive
 from services.common.recordlines import RecordLines
 from services.common.spoolwriter import FRAME_HEADER, spool_dir
 
@@ -77,7 +78,7 @@ class Converter:
                 self.segment, self.offset = name, 0
             done, n = self._convert(name)
             frames += n
-            writer_gone = i + 1 < len(names) or not _alive(self.writer_pid)
+            writer_gone = i + 1 < len(names) or not alive(self.writer_pid)
             if not (done or writer_gone):
                 break  # the newest segment, still being written
             if not done:
@@ -145,23 +146,6 @@ def converted(path: Path) -> bool:
     return len(pos) == 2 and pos[0] == newest.name and int(pos[1]) >= newest.stat().st_size
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs. A zombie does not: a writer killed but not yet reaped by its
-    parent has written its last, and its converter must drain its directory, not leave it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:  # gone between the two calls
-        return False
-    state = stat[stat.rindex(b")") + 1 :].split(maxsplit=1)[0]  # after "(comm)"
-    return state not in (b"Z", b"X")
-
-
 def _locked(path: Path) -> int | None:
     """An fd holding ``path``'s lock, or None when another converter holds it."""
     fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -198,7 +182,7 @@ def adopt_orphans(spool: Path, service: str, write: Callable[[list[str]], None])
     """Convert the directories of ``service``'s writers that died with their converter."""
     for path in sorted(spool.glob(f"{service}.*"), key=lambda p: p.stat().st_mtime):
         pid = int(path.suffix[1:]) if path.suffix[1:].isdigit() else 0
-        if not pid or _alive(pid):
+        if not pid or alive(pid):
             continue
         fd = _locked(path)
         if fd is None:
@@ -289,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         if not converted:
             stopping.wait(POLL)
-    if not _alive(args.parent):
+    if not alive(args.parent):
         drain(own, args.parent, write)  # nothing is left to convert; removes the directory
     converter.close()
     out.close()

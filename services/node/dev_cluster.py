@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.common.pids import alive
+
 READY_TIMEOUT = 60.0  # s for every node to be healthy and joined
 STOP_TIMEOUT = 15.0  # s after SIGTERM before a node's group is killed
 
@@ -86,25 +88,12 @@ def conf_text(node: DevNode, peers: list[DevNode], sets: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):  # a zombie is not alive
-        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
-            return False
-    return True
-
-
 def running_pid(node: DevNode) -> int | None:
     try:
         pid = int(node.pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    return pid if alive(pid) else None
 
 
 def start_node(node: DevNode) -> int:
@@ -195,10 +184,10 @@ def stop(base: Path, timeout: float = STOP_TIMEOUT) -> list[str]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_alive(p) for p in running.values()):
+    while time.monotonic() < deadline and any(alive(p) for p in running.values()):
         time.sleep(0.1)
     for pid in running.values():
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
     for d in existing(base):

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from services.common.pids import alive
 from tests.support.node import free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -227,11 +228,4 @@ def test_stop_stops_every_node(cluster: Path) -> None:
     for node in (N1, N2, N3):
         assert node in done.stdout
     for pid in pids:
-        wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), BOUND)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
-    except OSError:
-        return True
+        wait_for(lambda pid=pid: not alive(pid), BOUND)
