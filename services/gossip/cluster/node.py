@@ -276,33 +276,42 @@ class ClusterNode:
         except wire.WireError:
             self.bad_messages += 1
             return False
-        merged = ml.merge(self.members, theirs)
-        new_book = ab.merge(self.book, book)
-        if merged == self.members and new_book == self.book:
-            return False
-        changed_members = merged != self.members
-        self.members, self.book = merged, new_book
-        if len(ml.members(merged)) > 1 and self.node in ml.members(merged):
-            self.joined = True
-        self._save()
-        if changed_members and self.detector is not None:
-            loop = asyncio.get_running_loop()
-            self._apply(self.detector.set_members(ml.members(merged), loop.time()))
-            for node in ml.members(merged) - {self.node}:  # spread the change
-                self._send(node, cluster_pb2.Envelope(members=self.member_state()))
-        if self.detector is not None:
-            self._refresh()
-        return True
+        return self._adopt(ml.merge(self.members, theirs), ab.merge(self.book, book))
 
     def join_request(self, req: cluster_pb2.JoinRequest) -> cluster_pb2.JoinReply:
         """A node asks to join through us: merge what it knows, then add it."""
-        self.merge_state(req.state)
+        try:
+            theirs, book = wire.state_from_pb(req.state)
+        except wire.WireError:
+            self.bad_messages += 1
+            theirs, book = ml.empty(), {}
+        book = ab.merge(self.book, book)
         if req.address:
-            self.book = ab.put(self.book, req.node, ab.Entry(req.address, req.incarnation))
-        joined = ml.join(self.members, req.node)
-        state = wire.state_to_pb(joined, self.book)
-        self.merge_state(state)
+            book = ab.put(book, req.node, ab.Entry(req.address, req.incarnation))
+        self._adopt(ml.join(ml.merge(self.members, theirs), req.node), book)
         return cluster_pb2.JoinReply(state=self.member_state())
+
+    def _adopt(self, members: ml.MemberList, book: dict[str, ab.Entry]) -> bool:
+        """Take ``members`` and ``book`` (each already merged with ours): persist them,
+        follow the member list with the detector and the links, spread a member change.
+        True if anything changed."""
+        if members == self.members and book == self.book:
+            return False
+        changed_members = members != self.members
+        self.members, self.book = members, book
+        if len(ml.members(members)) > 1 and self.node in ml.members(members):
+            self.joined = True
+        self._save()
+        if self.detector is None:
+            return True  # start() builds the detector and the links from this state
+        if changed_members:
+            loop = asyncio.get_running_loop()
+            self._apply(self.detector.set_members(ml.members(members), loop.time()))
+            state = self.member_state()
+            for node in ml.members(members) - {self.node}:  # spread the change
+                self._send(node, cluster_pb2.Envelope(members=state))
+        self._refresh()
+        return True
 
     # -- detector ----------------------------------------------------------------------
     def receive(self, envelope: cluster_pb2.Envelope) -> None:
