@@ -1,36 +1,54 @@
-"""What a parent sets up in a child process between ``fork`` and ``exec``.
+"""How a supervised child ties its life to its parent's, from its own side.
 
-These run as ``preexec_fn``, in the forked child before it executes the new program:
-there only async-signal-safe work is sound, so they call libc directly rather than
-Python's ``signal`` module (whose handlers belong to the parent's interpreter).
+The supervisor once ran these as ``preexec_fn``, in the forked child before ``exec``.
+That is Python code between ``fork`` and ``exec`` in a process with threads (the HTTP
+API, gRPC's pollers, the log writer), which CPython documents as unsafe, and under
+uvloop it goes through uvloop's own fork path; a supervisor died of SIGSEGV while
+starting its children in a CI run. Now the parent spawns plainly and the child does the
+work first thing after ``exec``, where it is an ordinary single-threaded program.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import signal
 
-SUPERVISED = "TERNMQ_SUPERVISED"  # set in the environment of a supervisor's children
+# Set in the environment of a supervisor's children, to the supervisor's pid.
+SUPERVISED = "TERNMQ_SUPERVISED"
 _PR_SET_PDEATHSIG = 1
-_SIG_IGN = 1
+
+
+def supervised_by() -> int | None:
+    """The pid of the supervisor that started this process, if one did."""
+    value = os.environ.get(SUPERVISED, "")
+    return int(value) if value.isdigit() else None
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when ``parent`` dies (Linux), so a supervisor
+    killed hard leaves no orphans holding ports and stores. If the parent died before we
+    got here, we were already handed to init: die now rather than run unowned."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def ignore_sigint() -> None:
-    """Start the child with SIGINT ignored: a Ctrl-C reaches the whole process group,
-    and one that arrives while the child is still starting (before it can say how it
-    handles signals) would kill it; its parent is the one to stop it."""
-    with contextlib.suppress(OSError):
-        libc_signal = ctypes.CDLL("libc.so.6", use_errno=True).signal
-        libc_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        libc_signal.restype = ctypes.c_void_p
-        libc_signal(signal.SIGINT, _SIG_IGN)
+    """Ignore Ctrl-C: it reaches the whole foreground process group, and a child's parent
+    is the one to stop it (in order). An ignored disposition survives ``exec``, so what
+    this process starts afterwards begins with SIGINT ignored too, with no window."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def die_with_parent() -> None:
-    """Have the kernel SIGKILL the child when its parent dies (Linux), so a supervisor
-    killed hard leaves no orphans holding ports and stores; SIGINT as ``ignore_sigint``."""
+def adopt_supervision() -> bool:
+    """Called first by a service's entry point; True if a supervisor started us."""
+    parent = supervised_by()
+    if parent is None:
+        return False
     ignore_sigint()
-    with contextlib.suppress(OSError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent(parent)
+    return True

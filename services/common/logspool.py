@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common import log
+from services.common.child_process import ignore_sigint
 from services.common.events import EVENTS
 from services.common.logwriter import JsonlWriter
 from services.common.pids import alive
@@ -282,4 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Its parent closes its stdin to stop it; a Ctrl-C must not end it first. A
+    # supervised parent already ignores SIGINT and we inherit that from the start.
+    ignore_sigint()
     raise SystemExit(main())

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 import uvloop
 
 from services.common import log
-from services.common.child_process import SUPERVISED
+from services.common.child_process import supervised_by
 from services.common.config import Config
 
 Serve = Callable[[Config, asyncio.Event], Awaitable[None]]
@@ -59,12 +59,11 @@ def run(service: str, config: Config, serve: Serve) -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        if os.environ.get(SUPERVISED):
-            # Ctrl-C reaches the whole foreground process group; the supervisor stops its
+        if supervised_by() is None:
+            # Supervised, SIGINT is already ignored (``adopt_supervision``): Ctrl-C
+            # reaches the whole foreground process group, and the supervisor stops its
             # children in reverse order (listener first, msgstore last, so nothing the
             # listener still writes finds the store gone).
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        else:
             loop.add_signal_handler(signal.SIGINT, stop.set)
         await serve(config, stop)
 

@@ -29,7 +29,6 @@ import sys
 import time
 from pathlib import Path
 
-from services.common.child_process import ignore_sigint
 from services.common.logwriter import BufferedWriter
 
 SEGMENT_SIZE = 16 * 1024 * 1024  # a writer starts a new segment past this size
@@ -77,10 +76,11 @@ class SpoolWriter(BufferedWriter):
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         # Its stdin is how it learns we are done: EOF when we close it or die. Ctrl-C
-        # reaches it too (same process group): we close it, so it starts with SIGINT
-        # ignored — a SIGINT while it was still starting killed it and stranded our last
-        # events in the spool.
-        return subprocess.Popen(self._argv, stdin=subprocess.PIPE, preexec_fn=ignore_sigint)
+        # reaches it too (same process group), and a SIGINT while it was still starting
+        # once killed it and stranded our last events in the spool: a supervised service
+        # ignores SIGINT before it logs anything, so the converter inherits that from
+        # its first instruction (and ignores it itself when we run alone).
+        return subprocess.Popen(self._argv, stdin=subprocess.PIPE)
 
     def _open_segment(self) -> None:
         if self._fd >= 0:

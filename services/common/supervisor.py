@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from services.common import log
-from services.common.child_process import SUPERVISED, die_with_parent
+from services.common.child_process import SUPERVISED
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,11 @@ class Supervisor:
         self.started_at = time.time()
 
     async def _spawn(self, child: Child) -> None:
+        # No preexec_fn: the child ignores SIGINT and asks to die with us itself
+        # (``child_process.adopt_supervision``), so nothing runs between fork and exec.
         child.proc = await asyncio.create_subprocess_exec(
             *child.spec.argv,
-            preexec_fn=die_with_parent,
-            env={**os.environ, SUPERVISED: "1"},
+            env={**os.environ, SUPERVISED: str(os.getpid())},
         )
         child.started_at = time.time()
 

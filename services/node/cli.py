@@ -7,6 +7,7 @@ Every command loads the whole node's schema, so a service started alone
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import sys
 from pathlib import Path
@@ -175,10 +176,14 @@ _add_etl()
 
 def service_main(name: str) -> int:
     """``python -m services.NAME --config FILE [--set K=V]``."""
+    faulthandler.enable()
     return int(cli.main(["service", name, *sys.argv[1:]], standalone_mode=False) or 0)
 
 
 def main() -> None:
+    # A crash in native code (grpc, uvloop, lmdb) prints the Python stack of every
+    # thread to stderr, which is the node's console output, before the process dies.
+    faulthandler.enable()
     cli()
 
 

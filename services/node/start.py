@@ -15,8 +15,6 @@ import signal
 import sys
 from pathlib import Path
 
-import uvloop
-
 from services.common import log
 from services.common.config import Config
 from services.common.service import setup_logging
@@ -68,7 +66,10 @@ def start_node(config: Config) -> int:
             api.stop()
 
     try:
-        code = uvloop.run(main())
+        # The stdlib loop, not uvloop: this process only starts, watches and stops four
+        # children and answers the HTTP API, and uvloop's subprocess path (its own fork
+        # handling and process handles) is the part of it with a history of crashes.
+        code = asyncio.run(main())
     except OSError as exc:
         print(f"ternmq: {exc}", file=sys.stderr)
         code = 1

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from services.common.child_process import SUPERVISED
 from services.common.supervisor import ChildSpec, RestartPolicy, Supervisor
 from tests.support.node import wait_for
 
@@ -78,7 +79,11 @@ def test_children_die_with_a_supervisor_killed_hard(tmp_path: Path) -> None:
         """
         import asyncio, sys
         from services.common.supervisor import ChildSpec, RestartPolicy, Supervisor
-        child = (sys.executable, "-c", "import time; time.sleep(60)")
+        code = (
+            "from services.common.child_process import adopt_supervision; "
+            "assert adopt_supervision(); import time; time.sleep(60)"
+        )
+        child = (sys.executable, "-c", code)
         sup = Supervisor([ChildSpec("sleeper", child)], RestartPolicy(1, 60.0, 5.0))
         async def main():
             task = asyncio.create_task(sup.run(asyncio.Event()))
@@ -111,3 +116,47 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+_ADOPT = textwrap.dedent(
+    """
+    import signal, subprocess, sys
+    from services.common.child_process import adopt_supervision
+    print(adopt_supervision(), signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
+    # what it starts begins with SIGINT ignored, with no window to be killed in
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+    print(subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                         text=True).stdout.strip(), flush=True)
+    """
+)
+
+
+def test_a_supervised_child_ignores_sigint_and_so_does_what_it_starts() -> None:
+    env = {**os.environ, SUPERVISED: str(os.getpid())}
+    out = subprocess.run(
+        [sys.executable, "-c", _ADOPT], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "True"]
+
+
+def test_a_child_alone_keeps_its_sigint() -> None:
+    env = {k: v for k, v in os.environ.items() if k != SUPERVISED}
+    out = subprocess.run(
+        [sys.executable, "-c", _ADOPT], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "False"]
+
+
+def test_a_child_whose_supervisor_died_before_it_started_dies_at_once() -> None:
+    # Its parent is this test, not the pid it was told: as if the supervisor had died
+    # and the child had been handed to another parent before it could ask to die with it.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    env = {**os.environ, SUPERVISED: str(gone.pid)}
+    out = subprocess.run(
+        [sys.executable, "-c", _ADOPT], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == -signal.SIGKILL
+    assert out.stdout == ""
