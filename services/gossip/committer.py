@@ -106,6 +106,7 @@ class Committer:
         clock_us: Callable[[], int],
         on_commit: Callable[[list[Update]], None],
         metrics: GossipMetrics | None = None,
+        on_durable: Callable[[Txn, WriteBatch], None] | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -114,6 +115,7 @@ class Committer:
         self.clock_us = clock_us
         self.on_commit = on_commit
         self.metrics = metrics
+        self.on_durable = on_durable  # after each commit: the txn and what was written
         self._queue: deque[_Pending] = deque()
         self._wake = asyncio.Event()
         self._closing = False
@@ -168,6 +170,8 @@ class Committer:
         if len(writes) and not await self._write(writes, batch):
             return
         updates = self.store.commit(txn)
+        if self.on_durable is not None and len(writes):
+            self.on_durable(txn, writes)
         if self.metrics is not None:
             self.metrics.refresh()
         if updates:

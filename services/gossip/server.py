@@ -24,6 +24,7 @@ from services.common.peer import channel as peer_channel
 from services.common.peer.identity import load_or_create
 from services.common.typed_settings import build
 from services.gossip.cluster.node import ClusterNode
+from services.gossip.cluster.replicator import Replicator
 from services.gossip.cluster.servicer import ClusterServicer
 from services.gossip.committer import Committer, load_store
 from services.gossip.config import GossipSettings
@@ -92,7 +93,6 @@ async def _serve(
         on_commit=hub.publish,
         metrics=metrics,
     )
-    committer.start()
 
     def details() -> dict[str, Any]:
         return {
@@ -104,17 +104,23 @@ async def _serve(
 
     identity = load_or_create(settings.data_dir, settings.nodename)
     cluster = ClusterNode(identity, settings.cookie, settings.seeds, settings.data_dir / "cluster")
+    # Built before the first commit: its digest starts from what was loaded, and every
+    # commit after is reported to it.
+    replicator = Replicator(store, committer, cluster)
+    committer.on_durable = replicator.on_durable
+    committer.start()
     peers = peer_channel.create_server(settings.cookie)
-    cluster_pb2_grpc.add_ClusterServicer_to_server(ClusterServicer(cluster), peers)
+    cluster_pb2_grpc.add_ClusterServicer_to_server(ClusterServicer(cluster, replicator), peers)
     host = settings.cluster_listen.rpartition(":")[0]
     port = peers.add_insecure_port(settings.cluster_listen)
     if port == 0:
         raise OSError(f"cannot bind cluster.listen {settings.cluster_listen}")
     await peers.start()
     cluster.start(f"{host}:{port}")
+    replicator.start()
 
     def all_details() -> dict[str, Any]:
-        return {**details(), "cluster": cluster.details()}
+        return {**details(), "cluster": cluster.details(), "replication": replicator.details()}
 
     server = grpcutil.create_server()
     gossip_pb2_grpc.add_GossipServicer_to_server(
@@ -137,6 +143,7 @@ async def _serve(
         await stop.wait()
     finally:
         hub.close()
+        await replicator.stop()
         await cluster.stop()
         await peers.stop(GRACE_S)
         await server.stop(GRACE_S)

@@ -202,6 +202,7 @@ class Txn:
         self.generation = store._generation
         self.dot_floor = store.dot_floor
         self.staged: dict[Key, Record | None] = {}  # None: remove (garbage collected)
+        self.local: set[Key] = set()  # keys a local write staged (what peers must hear)
 
     def record(self, prefix: str, key: bytes) -> Record | None:
         k = (prefix, key)
@@ -234,6 +235,7 @@ class Txn:
         ts = max([self.now_us, *(s.ts_us + 1 for s in siblings)])
         new = dvv.update(clock, dvv.join(clock), node, Stamped(ts, node, op.value))
         self.staged[(op.prefix, op.key)] = Record(op.prefix, op.key, new)
+        self.local.add((op.prefix, op.key))
 
     def merge_remote(self, records: Iterable[Record]) -> None:
         """Stage remote states (anti-entropy): each is ``dvv.sync``-ed into ours.
@@ -272,6 +274,16 @@ class Txn:
 
     def writes(self) -> list[Record]:
         return [rec for rec in self.staged.values() if rec is not None]
+
+    def local_writes(self) -> list[Record]:
+        """The staged records that local writes changed: what to broadcast to peers
+        (records merged from a peer are not sent on; anti-entropy covers a lost one)."""
+        out = []
+        for k in self.local:
+            rec = self.staged.get(k)
+            if rec is not None:
+                out.append(rec)
+        return out
 
     def removals(self) -> list[Key]:
         return [k for k, rec in self.staged.items() if rec is None]

@@ -184,6 +184,31 @@ class Broker:
         self.store.append(key[0], key[1], 0, encoded[1], qos, retain, sub_ids, queued.done)
         self.metrics.queued.inc()
 
+    def forward(
+        self,
+        node: str,
+        key: SessionKey,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        ctx: Countdown | None,
+    ) -> None:
+        """RouteSink: a copy for a session that lives on another node. No link carries
+        it there yet: it is dropped, counted and logged, never queued here (a queue on
+        this node for another node's session would be a second, stale owner)."""
+        self.metrics.dropped.labels("remote_session").inc()
+        if qos or log.message_events_enabled():
+            log.emit(
+                "message.dropped",
+                "info",
+                msg_id=msg.msg_id,
+                client_id=key[1],
+                topic=msg.topic,
+                qos=qos,
+                reason="remote_session",
+            )
+
     def no_member(self, msg: Message, share_filter: str) -> None:
         """RouteSink: a shared group with no member to take the message."""
         self.metrics.dropped.labels("no_shared_member").inc()

@@ -24,29 +24,37 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19services/pb/cluster.proto\x12\x0eternmq.cluster\"F\n\x06Rumour\x12\r\n\x05state\x18\x01 \x01(\r\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\n\n\x02\x62y\x18\x04 \x01(\t\"\x87\x01\n\x0f\x44\x65tectorMessage\x12\x0c\n\x04kind\x18\x01 \x01(\r\x12\x0b\n\x03src\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x0b\n\x03seq\x18\x04 \x01(\x04\x12\x0e\n\x06target\x18\x05 \x01(\t\x12\'\n\x07rumours\x18\x06 \x03(\x0b\x32\x16.ternmq.cluster.Rumour\"=\n\x0cMemberRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0e\n\x06status\x18\x03 \x01(\r\"=\n\x07\x41\x64\x64ress\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\"h\n\x0bMemberState\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.ternmq.cluster.MemberRecord\x12*\n\taddresses\x18\x02 \x03(\x0b\x32\x17.ternmq.cluster.Address\"w\n\x08\x45nvelope\x12\x33\n\x08\x64\x65tector\x18\x01 \x01(\x0b\x32\x1f.ternmq.cluster.DetectorMessageH\x00\x12.\n\x07members\x18\x02 \x01(\x0b\x32\x1b.ternmq.cluster.MemberStateH\x00\x42\x06\n\x04\x62ody\"m\n\x0bJoinRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12*\n\x05state\x18\x04 \x01(\x0b\x32\x1b.ternmq.cluster.MemberState\"7\n\tJoinReply\x12*\n\x05state\x18\x01 \x01(\x0b\x32\x1b.ternmq.cluster.MemberState2\xcb\x01\n\x07\x43luster\x12>\n\x04Join\x12\x1b.ternmq.cluster.JoinRequest\x1a\x19.ternmq.cluster.JoinReply\x12>\n\x04Link\x12\x18.ternmq.cluster.Envelope\x1a\x18.ternmq.cluster.Envelope(\x01\x30\x01\x12@\n\x04Sync\x12\x1b.ternmq.cluster.MemberState\x1a\x1b.ternmq.cluster.MemberStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19services/pb/cluster.proto\x12\x0eternmq.cluster\"\x1c\n\tMetaBatch\x12\x0f\n\x07records\x18\x01 \x03(\x0c\"\x19\n\x06\x44igest\x12\x0f\n\x07\x62uckets\x18\x01 \x03(\x06\"]\n\rExchangeReply\x12\x0f\n\x07\x62uckets\x18\x01 \x03(\r\x12(\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x19.ternmq.cluster.MetaBatch\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"\x1b\n\tPushReply\x12\x0e\n\x06merged\x18\x01 \x01(\r\"F\n\x06Rumour\x12\r\n\x05state\x18\x01 \x01(\r\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\n\n\x02\x62y\x18\x04 \x01(\t\"\x87\x01\n\x0f\x44\x65tectorMessage\x12\x0c\n\x04kind\x18\x01 \x01(\r\x12\x0b\n\x03src\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x0b\n\x03seq\x18\x04 \x01(\x04\x12\x0e\n\x06target\x18\x05 \x01(\t\x12\'\n\x07rumours\x18\x06 \x03(\x0b\x32\x16.ternmq.cluster.Rumour\"=\n\x0cMemberRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0e\n\x06status\x18\x03 \x01(\r\"=\n\x07\x41\x64\x64ress\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\"h\n\x0bMemberState\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.ternmq.cluster.MemberRecord\x12*\n\taddresses\x18\x02 \x03(\x0b\x32\x17.ternmq.cluster.Address\"\xa2\x01\n\x08\x45nvelope\x12\x33\n\x08\x64\x65tector\x18\x01 \x01(\x0b\x32\x1f.ternmq.cluster.DetectorMessageH\x00\x12.\n\x07members\x18\x02 \x01(\x0b\x32\x1b.ternmq.cluster.MemberStateH\x00\x12)\n\x04meta\x18\x03 \x01(\x0b\x32\x19.ternmq.cluster.MetaBatchH\x00\x42\x06\n\x04\x62ody\"m\n\x0bJoinRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12*\n\x05state\x18\x04 \x01(\x0b\x32\x1b.ternmq.cluster.MemberState\"7\n\tJoinReply\x12*\n\x05state\x18\x01 \x01(\x0b\x32\x1b.ternmq.cluster.MemberState2\xcc\x02\n\x07\x43luster\x12>\n\x04Join\x12\x1b.ternmq.cluster.JoinRequest\x1a\x19.ternmq.cluster.JoinReply\x12>\n\x04Link\x12\x18.ternmq.cluster.Envelope\x1a\x18.ternmq.cluster.Envelope(\x01\x30\x01\x12@\n\x04Sync\x12\x1b.ternmq.cluster.MemberState\x1a\x1b.ternmq.cluster.MemberState\x12\x41\n\x08\x45xchange\x12\x16.ternmq.cluster.Digest\x1a\x1d.ternmq.cluster.ExchangeReply\x12<\n\x04Push\x12\x19.ternmq.cluster.MetaBatch\x1a\x19.ternmq.cluster.PushReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'services.pb.cluster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUMOUR']._serialized_start=45
-  _globals['_RUMOUR']._serialized_end=115
-  _globals['_DETECTORMESSAGE']._serialized_start=118
-  _globals['_DETECTORMESSAGE']._serialized_end=253
-  _globals['_MEMBERRECORD']._serialized_start=255
-  _globals['_MEMBERRECORD']._serialized_end=316
-  _globals['_ADDRESS']._serialized_start=318
-  _globals['_ADDRESS']._serialized_end=379
-  _globals['_MEMBERSTATE']._serialized_start=381
-  _globals['_MEMBERSTATE']._serialized_end=485
-  _globals['_ENVELOPE']._serialized_start=487
-  _globals['_ENVELOPE']._serialized_end=606
-  _globals['_JOINREQUEST']._serialized_start=608
-  _globals['_JOINREQUEST']._serialized_end=717
-  _globals['_JOINREPLY']._serialized_start=719
-  _globals['_JOINREPLY']._serialized_end=774
-  _globals['_CLUSTER']._serialized_start=777
-  _globals['_CLUSTER']._serialized_end=980
+  _globals['_METABATCH']._serialized_start=45
+  _globals['_METABATCH']._serialized_end=73
+  _globals['_DIGEST']._serialized_start=75
+  _globals['_DIGEST']._serialized_end=100
+  _globals['_EXCHANGEREPLY']._serialized_start=102
+  _globals['_EXCHANGEREPLY']._serialized_end=195
+  _globals['_PUSHREPLY']._serialized_start=197
+  _globals['_PUSHREPLY']._serialized_end=224
+  _globals['_RUMOUR']._serialized_start=226
+  _globals['_RUMOUR']._serialized_end=296
+  _globals['_DETECTORMESSAGE']._serialized_start=299
+  _globals['_DETECTORMESSAGE']._serialized_end=434
+  _globals['_MEMBERRECORD']._serialized_start=436
+  _globals['_MEMBERRECORD']._serialized_end=497
+  _globals['_ADDRESS']._serialized_start=499
+  _globals['_ADDRESS']._serialized_end=560
+  _globals['_MEMBERSTATE']._serialized_start=562
+  _globals['_MEMBERSTATE']._serialized_end=666
+  _globals['_ENVELOPE']._serialized_start=669
+  _globals['_ENVELOPE']._serialized_end=831
+  _globals['_JOINREQUEST']._serialized_start=833
+  _globals['_JOINREQUEST']._serialized_end=942
+  _globals['_JOINREPLY']._serialized_start=944
+  _globals['_JOINREPLY']._serialized_end=999
+  _globals['_CLUSTER']._serialized_start=1002
+  _globals['_CLUSTER']._serialized_end=1334
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,34 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class MetaBatch(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, records: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class Digest(_message.Message):
+    __slots__ = ("buckets",)
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    buckets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, buckets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ExchangeReply(_message.Message):
+    __slots__ = ("buckets", "batch", "truncated")
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    buckets: _containers.RepeatedScalarFieldContainer[int]
+    batch: MetaBatch
+    truncated: bool
+    def __init__(self, buckets: _Optional[_Iterable[int]] = ..., batch: _Optional[_Union[MetaBatch, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class PushReply(_message.Message):
+    __slots__ = ("merged",)
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    merged: int
+    def __init__(self, merged: _Optional[int] = ...) -> None: ...
+
 class Rumour(_message.Message):
     __slots__ = ("state", "node", "incarnation", "by")
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -63,12 +91,14 @@ class MemberState(_message.Message):
     def __init__(self, records: _Optional[_Iterable[_Union[MemberRecord, _Mapping]]] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("detector", "members")
+    __slots__ = ("detector", "members", "meta")
     DETECTOR_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
     detector: DetectorMessage
     members: MemberState
-    def __init__(self, detector: _Optional[_Union[DetectorMessage, _Mapping]] = ..., members: _Optional[_Union[MemberState, _Mapping]] = ...) -> None: ...
+    meta: MetaBatch
+    def __init__(self, detector: _Optional[_Union[DetectorMessage, _Mapping]] = ..., members: _Optional[_Union[MemberState, _Mapping]] = ..., meta: _Optional[_Union[MetaBatch, _Mapping]] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("node", "address", "incarnation", "state")

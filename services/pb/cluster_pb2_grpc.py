@@ -49,6 +49,16 @@ class ClusterStub:
                 request_serializer=services_dot_pb_dot_cluster__pb2.MemberState.SerializeToString,
                 response_deserializer=services_dot_pb_dot_cluster__pb2.MemberState.FromString,
                 _registered_method=True)
+        self.Exchange = channel.unary_unary(
+                '/ternmq.cluster.Cluster/Exchange',
+                request_serializer=services_dot_pb_dot_cluster__pb2.Digest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_cluster__pb2.ExchangeReply.FromString,
+                _registered_method=True)
+        self.Push = channel.unary_unary(
+                '/ternmq.cluster.Cluster/Push',
+                request_serializer=services_dot_pb_dot_cluster__pb2.MetaBatch.SerializeToString,
+                response_deserializer=services_dot_pb_dot_cluster__pb2.PushReply.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -77,6 +87,21 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exchange(self, request, context):
+        """Metadata anti-entropy, first half: the caller's bucket digest; the reply is the
+        callee's records of every bucket that differs, and which buckets those are.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Push(self, request, context):
+        """Second half: the caller's records of those buckets, for the callee to merge.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +119,16 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.Sync,
                     request_deserializer=services_dot_pb_dot_cluster__pb2.MemberState.FromString,
                     response_serializer=services_dot_pb_dot_cluster__pb2.MemberState.SerializeToString,
+            ),
+            'Exchange': grpc.unary_unary_rpc_method_handler(
+                    servicer.Exchange,
+                    request_deserializer=services_dot_pb_dot_cluster__pb2.Digest.FromString,
+                    response_serializer=services_dot_pb_dot_cluster__pb2.ExchangeReply.SerializeToString,
+            ),
+            'Push': grpc.unary_unary_rpc_method_handler(
+                    servicer.Push,
+                    request_deserializer=services_dot_pb_dot_cluster__pb2.MetaBatch.FromString,
+                    response_serializer=services_dot_pb_dot_cluster__pb2.PushReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +212,60 @@ class Cluster:
             '/ternmq.cluster.Cluster/Sync',
             services_dot_pb_dot_cluster__pb2.MemberState.SerializeToString,
             services_dot_pb_dot_cluster__pb2.MemberState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exchange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.cluster.Cluster/Exchange',
+            services_dot_pb_dot_cluster__pb2.Digest.SerializeToString,
+            services_dot_pb_dot_cluster__pb2.ExchangeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Push(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.cluster.Cluster/Push',
+            services_dot_pb_dot_cluster__pb2.MetaBatch.SerializeToString,
+            services_dot_pb_dot_cluster__pb2.PushReply.FromString,
             options,
             channel_credentials,
             insecure,

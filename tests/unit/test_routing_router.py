@@ -1,4 +1,5 @@
-"""The routing seam: for each matched session, deliver now or append to its queue first."""
+"""The routing seam: for each matched session, deliver now, append to its queue first, or
+forward to the node it lives on."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from services.listener.routing.shared import SharedPolicy
 from services.listener.session.messages import Message, OutboundMessage
 
 NODE = "n1@127.0.0.1"
+FAR = "n2@127.0.0.1"
 
 
 @dataclass
@@ -46,6 +48,18 @@ class Sink:
         ctx: str,
     ) -> None:
         self.calls.append(("append", key, target, qos, retain, sub_ids, ctx))
+
+    def forward(
+        self,
+        node: str,
+        key: SessionKey,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        ctx: str,
+    ) -> None:
+        self.calls.append(("forward", key, node, qos, retain, sub_ids, ctx))
 
     def no_member(self, msg: Message, share_filter: str) -> None:
         self.calls.append(("no_member", share_filter))
@@ -139,6 +153,26 @@ def test_local_only_group_without_a_local_member_reports_no_member() -> None:
     assert sink.calls == [("no_member", "$share/g/a/b")]
 
 
+def test_a_session_on_another_node_is_forwarded_there_not_queued_here() -> None:
+    r, sink = router(), Sink()
+    r.replicate(("", "far"), {"a/#": SubOptions(1, node=FAR, sub_id=3)})
+    r.replicate(("", "old"), {"a/b": SubOptions(0)})  # written before nodes were named
+    r.route(msg(qos=1), sink, "ctx")
+    assert sorted(sink.calls, key=str) == [
+        ("append", ("", "old"), None, 0, False, (), "ctx"),
+        ("forward", ("", "far"), FAR, 1, False, (3,), "ctx"),
+    ]
+
+
+def test_a_remote_shared_member_counts_as_reachable() -> None:
+    r, sink = router(SharedPolicy.RANDOM), Sink()
+    r.replicate(("", "far"), {"$share/g/a/b": SubOptions(1, node=FAR)})
+    r.subscribe(("", "off"), "$share/g/a/b", opts(1))  # here, but offline
+    for _ in range(20):
+        r.route(msg(), sink, None)
+    assert {c[0] for c in sink.calls} == {"forward"}
+
+
 def test_replica_updates_are_ignored_for_a_session_online_here() -> None:
     r = router()
     r.targets[("", "c")] = Target()
@@ -192,31 +226,45 @@ def test_keep_only_forgets_what_the_replica_lost_but_not_online_sessions() -> No
     ),
     st.sets(st.sampled_from(["a", "b", "c", "d"])),  # online here
     st.sets(st.sampled_from(["a", "b", "c", "d"])),  # persistent
+    st.sets(st.sampled_from(["a", "b", "c", "d"])),  # living on another node
     st.integers(0, 2),  # publish qos
 )
-def test_every_copy_is_delivered_xor_appended_by_the_rule(
-    subs: list[tuple[str, str, int]], online: set[str], persistent: set[str], qos: int
+def test_every_copy_is_delivered_appended_or_forwarded_by_the_rule(
+    subs: list[tuple[str, str, int]],
+    online: set[str],
+    persistent: set[str],
+    remote: set[str],
+    qos: int,
 ) -> None:
     """Each session the publish reaches gets exactly one decision, and it is the rule:
-    deliver iff it has a target here and (QoS 0 or not persistent)."""
+    deliver iff it has a target here and (QoS 0 or not persistent); else forward iff it
+    lives on another node; else append."""
     r, sink = router(), Sink()
+    remote -= online  # a session online here lives here
     targets = {c: Target(persistent=c in persistent) for c in online}
     for c, t in targets.items():
         r.targets[("", c)] = t
     for c, f, q in subs:
-        r.subscribe(("", c), f, opts(q))
+        node = FAR if c in remote else NODE
+        r.subscribe(("", c), f, SubOptions(q, node=node))
     r.route(msg("t/1", qos=qos), sink, None)
     seen: list[str] = []
     for call in sink.calls:
         if call[0] == "deliver":
             client = next(c for c, t in targets.items() if t is call[1])
             assert call[2] == 0 or not targets[client].persistent
+        elif call[0] == "forward":
+            key = call[1]
+            assert isinstance(key, tuple)
+            client = key[1]
+            assert client in remote and call[2] == FAR
         else:
             assert call[0] == "append"
             key = call[1]
             assert isinstance(key, tuple)
             client = key[1]
             target = call[2]
+            assert client not in remote
             assert target is targets.get(client)
             assert target is None or (call[3] > 0 and targets[client].persistent)
         seen.append(client)

@@ -34,16 +34,16 @@ def group(*members: SharedMember) -> SharedGroupMatch:
     return SharedGroupMatch("g", "t/#", members)
 
 
-def online(*members: SharedMember) -> Callable[[SessionKey], bool]:
+def online(*members: SharedMember) -> Callable[[SharedMember], bool]:
     sids = {m.sid for m in members}
-    return lambda sid: sid in sids
+    return lambda m: m.sid in sids
 
 
-def everyone(sid: SessionKey) -> bool:
+def everyone(m: SharedMember) -> bool:
     return True
 
 
-def nobody(sid: SessionKey) -> bool:
+def nobody(m: SharedMember) -> bool:
     return False
 
 
@@ -52,7 +52,7 @@ def picker(policy: SharedPolicy, seed: int = 1) -> SharedPicker:
 
 
 def picks(
-    p: SharedPicker, g: SharedGroupMatch, is_online: Callable[[SessionKey], bool], n: int = 400
+    p: SharedPicker, g: SharedGroupMatch, is_online: Callable[[SharedMember], bool], n: int = 400
 ) -> Counter[str]:
     out: Counter[str] = Counter()
     for _ in range(n):

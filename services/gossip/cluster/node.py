@@ -36,7 +36,7 @@ import os
 import random
 import time
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,10 @@ class ClusterNode:
         self.link_up: dict[str, bool] = {}  # outgoing links established now
         self.heard: dict[str, int] = {}  # detector messages received, by sender
         self.bad_messages = 0  # undecodable messages from peers
+        # Set by the service: metadata records a peer broadcast, and a peer that came up
+        # (the metadata replicator catches it up at once rather than at its next round).
+        self.on_meta: Callable[[cluster_pb2.MetaBatch], None] | None = None
+        self.on_peer_up: Callable[[str], None] | None = None
 
     # -- persistence -------------------------------------------------------------------
     def _load(self) -> tuple[ml.MemberList, dict[str, ab.Entry]]:
@@ -151,7 +155,7 @@ class ClusterNode:
         if not self.joined:
             self._tasks.append(asyncio.create_task(self._join_loop(), name="cluster-join"))
         for task in self._tasks:
-            task.add_done_callback(_report_crash)
+            task.add_done_callback(report_crash)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -221,7 +225,10 @@ class ClusterNode:
                 fields["duration_s"] = round(time.monotonic() - since, 3) if since else 0.0
                 self._split_at = None
             log.emit(event.name, level, **fields)
-        self.view = new
+        old_up, self.view = self.view.up, new
+        if self.on_peer_up is not None:
+            for node in sorted(new.up - old_up - {self.node}):
+                self.on_peer_up(node)
         if self._published != (new, self.joined):
             self._published = (new, self.joined)
             changed, self._view_changed = self._view_changed, asyncio.Event()
@@ -230,7 +237,7 @@ class ClusterNode:
         for node in others - set(self._links):
             self._queues[node] = asyncio.Queue(LINK_QUEUE)
             self._links[node] = task = asyncio.create_task(self._link(node), name=f"link-{node}")
-            task.add_done_callback(_report_crash)
+            task.add_done_callback(report_crash)
         for node in set(self._links) - others:
             self._links.pop(node).cancel()
             self._queues.pop(node, None)
@@ -257,6 +264,15 @@ class ClusterNode:
         if out.changes:
             self._refresh()
         self._wake.set()
+
+    def broadcast(self, envelope: cluster_pb2.Envelope) -> None:
+        """Send to every other member that is up now (a down one catches up later)."""
+        for node in sorted(self.view.up - {self.node}):
+            self._send(node, envelope)
+
+    def stub_for(self, node: str) -> cluster_pb2_grpc.ClusterStub | None:
+        entry = self.book.get(node)
+        return self._stub(entry.address) if entry is not None else None
 
     def _send(self, node: str, envelope: cluster_pb2.Envelope) -> None:
         queue = self._queues.get(node)
@@ -319,6 +335,10 @@ class ClusterNode:
         if body == "members":
             self.merge_state(envelope.members)
             return
+        if body == "meta":
+            if self.on_meta is not None:
+                self.on_meta(envelope.meta)
+            return
         if body != "detector" or self.detector is None:
             self.bad_messages += 1
             return
@@ -346,6 +366,9 @@ class ClusterNode:
         if ch is None:
             ch = self._channels[address] = channel(address)
         return cluster_pb2_grpc.ClusterStub(ch)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         assert self.caller is not None
@@ -457,7 +480,7 @@ class ClusterNode:
             self.merge_state(reply)
 
 
-def _report_crash(task: asyncio.Task[None]) -> None:
+def report_crash(task: asyncio.Task[None]) -> None:
     """A cluster task that ends with an exception is a bug: log it where operators look."""
     if task.cancelled() or task.exception() is None:
         return

@@ -8,12 +8,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from services.gossip.cluster.node import ClusterNode
+from services.gossip.cluster.replicator import Replicator
 from services.pb import cluster_pb2, cluster_pb2_grpc
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServicer):  # type: ignore[misc]
-    def __init__(self, node: ClusterNode) -> None:
+    def __init__(self, node: ClusterNode, replicator: Replicator) -> None:
         self.node = node
+        self.replicator = replicator
+
+    async def Exchange(
+        self, request: cluster_pb2.Digest, context: Any
+    ) -> cluster_pb2.ExchangeReply:
+        return self.replicator.exchange(request)
+
+    async def Push(self, request: cluster_pb2.MetaBatch, context: Any) -> cluster_pb2.PushReply:
+        return await self.replicator.push(request)
 
     async def Join(self, request: cluster_pb2.JoinRequest, context: Any) -> cluster_pb2.JoinReply:
         return self.node.join_request(request)

@@ -9,8 +9,13 @@ retained store, and the route targets online here (``targets``: session key -> t
 - **deliver**: the session has a target here and this copy needs no queue (QoS 0, or a
   session that is not persistent): the copy goes to the target now;
 - **append**: QoS >= 1 for a persistent session (online here or not), or any copy for a
-  session with no target here: the copy goes to the session's queue first, and the
-  target, if any, receives it once the append is durable (invariant I1).
+  session with no target here that lives on this node: the copy goes to the session's
+  queue first, and the target, if any, receives it once the append is durable
+  (invariant I1);
+- **forward**: a session with no target here that lives on another node (its
+  subscriptions, replicated by gossip, name the node): the copy goes to that node, whose
+  own router then decides deliver or append. A node never queues for another node's
+  session.
 
 Shared groups (``$share/g/f``) contribute one member each, picked by ``SharedPicker``
 with "has a target here" as "online"; a group with no candidate is reported as such.
@@ -37,7 +42,7 @@ from typing import Final, Generic, Protocol, TypeVar
 
 from services.common.session_key import SessionKey
 from services.listener.mqtt.topics import parse_shared
-from services.listener.routing.model import SubOptions
+from services.listener.routing.model import SharedMember, SubOptions
 from services.listener.routing.retained import RetainedStore
 from services.listener.routing.shared import SharedPicker, SharedPolicy
 from services.listener.routing.trie import SubscriptionTrie
@@ -78,30 +83,41 @@ class RouteSink(Protocol[T_contra, C]):
         ctx: C,
     ) -> None: ...
 
+    def forward(
+        self,
+        node: str,
+        key: SessionKey,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        ctx: C,
+    ) -> None: ...
+
     def no_member(self, msg: Message, share_filter: str) -> None: ...
 
 
 class Router(Generic[T]):
     """One listener's routing table and the decision of where each copy goes."""
 
-    __slots__ = ("_is_online", "picker", "retained", "targets", "trie", "upgrade_qos")
+    __slots__ = ("node", "picker", "retained", "targets", "trie", "upgrade_qos")
 
     def __init__(
         self, node: str, policy: SharedPolicy, upgrade_qos: bool, rng: random.Random
     ) -> None:
+        self.node = node
         self.trie = SubscriptionTrie()
         self.retained: RetainedStore[Message] = RetainedStore()
         self.picker = SharedPicker(policy, node, rng)
         self.upgrade_qos = upgrade_qos
         self.targets: dict[SessionKey, T] = {}
-        self._is_online = self.targets.__contains__  # bound once: one per shared pick
 
     # -- publish ---------------------------------------------------------------------
     def route(self, msg: Message, sink: RouteSink[T, C], ctx: C) -> bool:
         """Hand every copy of ``msg`` to ``sink``; False when nothing matched."""
         result = self.trie.match(msg.mountpoint, msg.topic, (msg.mountpoint, msg.publisher))
         for m in result.normal:
-            self._copy(m.sid, m.qos, m.retain_as_published, m.sub_ids, msg, sink, ctx)
+            self._copy(m.sid, m.node, m.qos, m.retain_as_published, m.sub_ids, msg, sink, ctx)
         for group in result.shared:
             member = self.picker.pick(group, self._is_online)
             if member is None:
@@ -109,12 +125,15 @@ class Router(Generic[T]):
                 continue
             opts = member.opts
             sub_ids = (opts.sub_id,) if opts.sub_id else _NO_IDS
-            self._copy(member.sid, opts.qos, opts.retain_as_published, sub_ids, msg, sink, ctx)
+            self._copy(
+                member.sid, opts.node, opts.qos, opts.retain_as_published, sub_ids, msg, sink, ctx
+            )
         return bool(result.normal or result.shared)
 
     def _copy(
         self,
         key: SessionKey,
+        node: str,
         sub_qos: int,
         rap: bool,
         sub_ids: tuple[int, ...],
@@ -127,8 +146,16 @@ class Router(Generic[T]):
         target = self.targets.get(key)
         if target is not None and (qos == 0 or not target.persistent):
             sink.deliver(target, OutboundMessage(msg, qos, retain, sub_ids), ctx)
+        elif target is None and node and node != self.node:
+            sink.forward(node, key, msg, qos, retain, sub_ids, ctx)
         else:
             sink.append(key, target, msg, qos, retain, sub_ids, ctx)
+
+    def _is_online(self, m: SharedMember) -> bool:
+        """For shared picks: a target here, or a session on another node (its node knows
+        whether it is connected, and queues the copy if not)."""
+        node = m.opts.node
+        return m.sid in self.targets or (bool(node) and node != self.node)
 
     # -- retained --------------------------------------------------------------------
     def retain(self, msg: Message) -> None:

@@ -20,7 +20,10 @@ VerneMQ's ``vmq_shared_subscriptions`` (config key ``shared_subscription_policy`
    after the previous pick, cyclically in join order.
 
 As in VerneMQ, under ``prefer_local`` an offline local member is chosen before an online
-remote one (VerneMQ's ``prefer_online_before_local`` policy is not offered).
+remote one (VerneMQ's ``prefer_online_before_local`` policy is not offered). What
+"online" means is the caller's ``is_online``: the router counts a member on another node
+as online, since whether it is connected is its node's to know, and that node queues
+the copy if it is not.
 
 If delivering to the chosen member fails, call ``pick`` again with the failed members in
 ``exclude``: they are treated as absent from the group.
@@ -70,7 +73,7 @@ class SharedPicker:
     def pick(
         self,
         group: SharedGroupMatch,
-        is_online: Callable[[SessionKey], bool],
+        is_online: Callable[[SharedMember], bool],
         exclude: Collection[SessionKey] = (),
     ) -> SharedMember | None:
         """The member to deliver to, or None when the policy leaves no candidate."""
@@ -86,21 +89,21 @@ class SharedPicker:
             return None
         if policy is SharedPolicy.ROUND_ROBIN:
             return self._next(group.token, members, is_online)
-        online = [m for m in members if is_online(m.sid)]
+        online = [m for m in members if is_online(m)]
         return self._rng.choice(online or members)
 
     def _next(
         self,
         token: GroupToken,
         members: Sequence[SharedMember],
-        is_online: Callable[[SessionKey], bool],
+        is_online: Callable[[SharedMember], bool],
     ) -> SharedMember:
         """The first online member at or after the cursor (else the one at the cursor)."""
         n = len(members)
         start = token.cursor % n
         for k in range(n):
             m = members[(start + k) % n]
-            if is_online(m.sid):
+            if is_online(m):
                 token.cursor = (start + k + 1) % n
                 return m
         token.cursor = (start + 1) % n

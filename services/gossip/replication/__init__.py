@@ -1,0 +1,1 @@
+"""Metadata replication between the gossip services of a cluster: the pure parts."""
