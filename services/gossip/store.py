@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-Three prefixes (``subs``, ``retain``, ``sessions``) map opaque byte keys to opaque byte
-values. Each key's state is a :class:`Record`: a DVV set (``crdt.dvv``) of
-:class:`Stamped` envelopes. A local write is ``dvv.update`` with this node's whole
+Four prefixes (``subs``, ``retain``, ``sessions``, and ``listeners``: where each node's
+listener takes forwarded messages) map opaque byte keys to opaque byte values. Each
+key's state is a :class:`Record`: a DVV set (``crdt.dvv``) of :class:`Stamped`
+envelopes. A local write is ``dvv.update`` with this node's whole
 context for the key, so it overwrites everything this node has seen; a delete is the
 same write with a tombstone (``value=None``). Siblings only appear when another node
-wrote concurrently (``merge_remote``, fed by anti-entropy later); readers see one value,
+wrote concurrently (``merge_remote``, fed by ``cluster.replicator``); readers see one value,
 chosen by the prefix's deterministic resolver (LWW by ``(ts_us, node)``).
 
 Changes go through a :class:`Txn`: ``store.begin(now_us)`` opens an overlay on the
@@ -45,7 +46,7 @@ from services.gossip.crdt import dvv, lww
 from services.gossip.crdt.dvv import DVVSet
 from services.gossip.crdt.lww import Resolver, Stamped
 
-PREFIXES: tuple[str, ...] = ("subs", "retain", "sessions")
+PREFIXES: tuple[str, ...] = ("subs", "retain", "sessions", "listeners")
 RESOLVERS: Mapping[str, Resolver] = {prefix: lww.winner for prefix in PREFIXES}
 
 

@@ -17,6 +17,10 @@ Theory of operation
   ``retain`` prefixes, fed by the Watch stream (``apply_meta``).
 * Registration, takeover, resume and session end are ``lifecycle``'s; wills are
   ``wills``'.
+* ``forward``: a copy for a session on another node goes to that node's listener
+  (``forward.sender``); a QoS >= 1 publisher's PUBACK waits for that node to have it.
+  Copies other nodes forward here arrive at ``accept_forwarded`` and are delivered or
+  queued by the same rule as local ones, never forwarded again.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.config import ListenerSettings
 from services.listener.flow import FlowLimits, flow_limits
+from services.listener.forward.sender import Copy, Forwarder
 from services.listener.lifecycle import Lifecycle
 from services.listener.meta_writer import MetaWriter, log_put_failure
 from services.listener.metrics import RoutingMetrics
 from services.listener.mqtt.types import ReasonCode, Will
 from services.listener.ports import ClientPort
-from services.listener.publish_ack import Countdown, Queued
+from services.listener.publish_ack import Completion, Countdown, Queued
 from services.listener.routing.model import SubOptions
 from services.listener.routing.router import Router
 from services.listener.routing.shared import SharedPolicy
@@ -49,7 +54,7 @@ from services.listener.session.actions import Ended, Register, SubscribeRequest,
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.store_client import StoreClient
 from services.listener.wills import Wills
-from services.pb import common_pb2, gossip_pb2, gossip_pb2_grpc, registry_pb2_grpc
+from services.pb import common_pb2, forward_pb2, gossip_pb2, gossip_pb2_grpc, registry_pb2_grpc
 
 _UNSPECIFIED: Final = ReasonCode.UNSPECIFIED_ERROR
 
@@ -105,6 +110,14 @@ class Broker:
             lambda: len(router.retained),
         )
         self.delivered_qos: list[Child] = self.metrics.delivered
+        self.forwarder = Forwarder(
+            self.node,
+            listener_id,
+            settings.cookie,
+            settings.forward_queue,
+            settings.forward_timeout,
+            self._forward_dropped,
+        )
 
     # -- helpers -------------------------------------------------------------------
     def next_msg_id(self) -> str:
@@ -194,20 +207,64 @@ class Broker:
         sub_ids: tuple[int, ...],
         ctx: Countdown | None,
     ) -> None:
-        """RouteSink: a copy for a session that lives on another node. No link carries
-        it there yet: it is dropped, counted and logged, never queued here (a queue on
-        this node for another node's session would be a second, stale owner)."""
-        self.metrics.dropped.labels("remote_session").inc()
-        if qos or log.message_events_enabled():
+        """RouteSink: a copy for a session that lives on another node goes to that node.
+        A QoS >= 1 publisher waits for it when the session is persistent (I1: the copy
+        must be on that node's disk); a copy for a clean session there is sent as a
+        local delivery to one here is, without holding the publisher."""
+        item = forward_pb2.Forwarded(
+            mountpoint=key[0],
+            client_id=key[1],
+            qos=qos,
+            retain=retain,
+            sub_ids=sub_ids,
+            message=convert.message_bytes(msg, self.node),
+        )
+        opts = self.router.trie.options_of(key)
+        durable = opts is not None and opts.persistent
+        waiter = ctx if qos and ctx is not None and durable else None
+        if waiter is not None:
+            waiter.left += 1
+        self.metrics.forwarded.inc()
+        self.forwarder.forward(node, item, waiter, msg.msg_id, msg.topic)
+
+    def _forward_dropped(self, node: str, copy: Copy, reason: str) -> None:
+        self.metrics.dropped.labels(reason).inc()
+        item = copy.item
+        if item.qos or log.message_events_enabled():
             log.emit(
                 "message.dropped",
                 "info",
-                msg_id=msg.msg_id,
-                client_id=key[1],
-                topic=msg.topic,
-                qos=qos,
-                reason="remote_session",
+                msg_id=copy.msg_id,
+                client_id=item.client_id,
+                topic=copy.topic,
+                qos=item.qos,
+                reason=reason,
             )
+
+    def accept_forwarded(
+        self, item: forward_pb2.Forwarded, done: Callable[[str | None], None]
+    ) -> None:
+        """A copy another node forwarded: delivered or queued here by the rule of
+        ``Router`` (never forwarded on: a session that moved again is the sender's to
+        find, through gossip). ``done`` hears when it is delivered or durable."""
+        key = (item.mountpoint, item.client_id)
+        msg = convert.message_from_pb(common_pb2.MqttMessage.FromString(item.message))
+        qos, retain, sub_ids = item.qos, item.retain, tuple(item.sub_ids)
+        target = self.sessions.get(key)
+        if target is not None and (qos == 0 or not target.persistent):
+            target.deliver(OutboundMessage(msg, qos, retain, sub_ids))
+            done(None)
+            return
+        if target is None and not self.router.lives_here(key):
+            self.dropped(key[1], OutboundMessage(msg, qos, retain, sub_ids), "session_moved")
+            done(None)
+            return
+        if target is not None:
+            target.appending += 1
+        queued = Queued(self, key, target, msg, qos, retain, sub_ids, Completion(done))
+        encoded = convert.message_field(msg, self.node)
+        self.store.append(key[0], key[1], 0, encoded, qos, retain, sub_ids, queued.done)
+        self.metrics.queued.inc()
 
     def no_member(self, msg: Message, share_filter: str) -> None:
         """RouteSink: a shared group with no member to take the message."""
@@ -267,6 +324,7 @@ class Broker:
                     sub.retain_handling,
                     req.sub_id,
                     self.node,
+                    client.persistent,
                 ),
             )
             for sub in req.subscriptions
@@ -323,6 +381,9 @@ class Broker:
         if update.prefix == "subs":
             subs = None if update.deleted else convert.subs_from_pb(update.value)
             self.router.replicate((mountpoint, name), subs)
+        elif update.prefix == "listeners":
+            record = None if update.deleted else forward_pb2.ListenerRecord.FromString(update.value)
+            self.forwarder.set_peer(name, record.address if record is not None else None)
         elif update.prefix == "retain":
             if update.deleted:
                 self.router.retained.clear(mountpoint, name)

@@ -302,6 +302,31 @@ SETTINGS: list[Setting] = [
     Setting(
         "systree_interval", "duration", "20s", "How often the $SYS messages go out (0 = never)."
     ),
+    # -- forwarding between nodes ------------------------------------------------------
+    Setting(
+        "cluster.forward_listen",
+        "address",
+        "127.0.0.1:0",
+        "Where this node's listener takes the messages other nodes forward to its sessions "
+        "(host:port; every call must prove distributed_cookie). Port 0 takes a free port, "
+        "which the cluster learns through gossip; on real hosts set a fixed one.",
+    ),
+    Setting(
+        "cluster.forward_timeout",
+        "duration",
+        "10s",
+        "How long a message for a session on another node may wait for that node's "
+        "listener to take it. Past it the copy is dropped (message.dropped, reason "
+        "node_unreachable) and a QoS 1/2 publisher gets 0x80 instead of success.",
+    ),
+    Setting(
+        "cluster.forward_queue",
+        "int",
+        "100000",
+        "Most copies waiting for one other node; past it new copies for that node are "
+        "dropped (reason forward_queue_full).",
+        minimum=1,
+    ),
 ]
 
 _OPTION_NAMES = {
@@ -344,6 +369,10 @@ class ListenerSettings:
     acl_reload_interval: float = setting("ternmq_acl.acl_reload_interval")
     systree_enabled: bool = setting("systree_enabled")
     systree_interval: float = setting("systree_interval")
+    cookie: str = setting("distributed_cookie")
+    forward_listen: str = setting("cluster.forward_listen")
+    forward_timeout: float = setting("cluster.forward_timeout")
+    forward_queue: int = setting("cluster.forward_queue")
 
     @property
     def auth_reload_interval(self) -> float:

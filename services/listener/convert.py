@@ -107,7 +107,9 @@ def split_meta_key(key: bytes) -> tuple[str, str]:
 
 
 def subs_to_pb(node: str, subs: dict[str, SubOptions]) -> bytes:
-    record = gossip_pb2.SubscriberRecord(node=node)
+    record = gossip_pb2.SubscriberRecord(
+        node=node, persistent=any(o.persistent for o in subs.values())
+    )
     for topic_filter, opts in subs.items():
         record.subs.add(
             filter=topic_filter,
@@ -130,6 +132,7 @@ def subs_from_pb(value: bytes) -> dict[str, SubOptions]:
             retain_handling=e.retain_handling,
             sub_id=e.sub_id or None,
             node=record.node,
+            persistent=record.persistent,
         )
         for e in record.subs
     }

@@ -57,6 +57,9 @@ class RoutingMetrics:
         self.delivered = [delivered.labels(str(qos)) for qos in (0, 1, 2)]
         self.dropped = m.counter("messages_dropped_total", "Deliveries dropped", ["reason"])
         self.queued = m.counter("messages_queued_total", "Appends to session queues").labels()
+        self.forwarded = m.counter(
+            "messages_forwarded_total", "Copies sent to sessions on other nodes"
+        ).labels()
         self.store_errors = m.counter("store_errors_total", "Failed queue appends").labels()
         m.gauge("sessions_online", "Sessions connected to this listener", fn=sessions)
         m.gauge("subscriptions", "Subscriptions in the routing table", fn=subscriptions)

@@ -19,7 +19,7 @@ Worked example: a QoS 1 publish matches two persistent sessions A (online) and B
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from services.common.session_key import SessionKey
@@ -46,6 +46,25 @@ class Outcomes(Protocol):
     def store_failed(self, reason: str) -> None: ...
 
 
+class Waiter(Protocol):
+    """What hears a durable write's outcome: a publisher's :class:`Countdown`, or a
+    forwarded copy's acknowledgement to the node that sent it (:class:`Completion`)."""
+
+    def step(self, failure: str | None) -> None: ...
+
+
+class Completion:
+    """A :class:`Waiter` that calls a function (a forwarded copy's ``done``)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[str | None], None]) -> None:
+        self.fn = fn
+
+    def step(self, failure: str | None) -> None:
+        self.fn(failure)
+
+
 class Queued:
     """One session's copy of a publish on its way into that session's queue.
 
@@ -66,7 +85,7 @@ class Queued:
         qos: int,
         retain: bool,
         sub_ids: tuple[int, ...],
-        countdown: Countdown | None,
+        countdown: Waiter | None,
     ) -> None:
         self.broker = broker
         self.sid = sid

@@ -30,6 +30,7 @@ from services.common.grpcutil import (
     service_address,
 )
 from services.common.metrics import MetricsRegistry, SampleValue
+from services.common.peer import channel as peer_channel
 from services.common.service import started
 from services.common.typed_settings import build
 from services.listener import convert, systree
@@ -38,12 +39,15 @@ from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
 from services.listener.config import ListenerSettings, TcpListener, tcp_listeners
 from services.listener.connection import Connection
+from services.listener.forward.receiver import ForwardServicer
 from services.listener.gate import ConnectionGate
 from services.listener.metrics import ListenerMetrics
 from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
 from services.pb import (
     common_pb2_grpc,
+    forward_pb2,
+    forward_pb2_grpc,
     gossip_pb2,
     gossip_pb2_grpc,
     registry_pb2,
@@ -74,7 +78,7 @@ async def _watch_meta(
         seen: set[tuple[str, bytes]] = set()
         in_snapshot = True
         try:
-            call = stub.Watch(gossip_pb2.WatchRequest(prefixes=["subs", "retain"]))
+            call = stub.Watch(gossip_pb2.WatchRequest(prefixes=["subs", "retain", "listeners"]))
             async for event in call:
                 for update in event.updates:
                     if in_snapshot:
@@ -127,6 +131,26 @@ async def _watch_registry(
             rpc_failed("registry", "Watch", exc, "warning")
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 2.0)
+
+
+async def _start_forwarding(broker: Broker, settings: ListenerSettings) -> grpc.aio.Server:
+    """Take other nodes' forwarded copies on ``cluster.forward_listen``, and tell the
+    cluster where (gossip prefix ``listeners``), before any client can connect."""
+    peers = peer_channel.create_server(settings.cookie)
+    forward_pb2_grpc.add_ForwardServicer_to_server(ForwardServicer(broker.accept_forwarded), peers)
+    host = settings.forward_listen.rpartition(":")[0]
+    port = peers.add_insecure_port(settings.forward_listen)
+    if port == 0:
+        raise OSError(f"cannot bind cluster.forward_listen {settings.forward_listen}")
+    await peers.start()
+    record = forward_pb2.ListenerRecord(
+        node=broker.node, address=f"{host}:{port}", incarnation=broker.forwarder.incarnation
+    )
+    op = gossip_pb2.MetaOp(
+        prefix="listeners", key=convert.meta_key("", broker.node), value=record.SerializeToString()
+    )
+    await broker.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=_READY_TIMEOUT)
+    return peers
 
 
 def _authorizer(config: Config) -> Authorizer:
@@ -202,6 +226,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     await asyncio.wait_for(store.connected.wait(), _READY_TIMEOUT)
     await asyncio.wait_for(broker.registry_client.connected.wait(), _READY_TIMEOUT)
     await asyncio.wait_for(meta_ready.wait(), _READY_TIMEOUT)
+    peers = await _start_forwarding(broker, settings)
 
     authorizer = _authorizer(config)
     tasks.append(asyncio.create_task(_reload_auth(authorizer, settings.auth_reload_interval, stop)))
@@ -211,7 +236,11 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             "listener",
             node,
             metrics,
-            lambda: {"sessions": len(broker.sessions), "accepting": broker.accepting},
+            lambda: {
+                "sessions": len(broker.sessions),
+                "accepting": broker.accepting,
+                "forward": broker.forwarder.details(),
+            },
             lambda: broker.accepting,
         ),
         admin,
@@ -268,6 +297,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     for task in tasks:
         task.cancel()
     await broker.registry_client.stop()
+    await broker.forwarder.stop()
+    await peers.stop(1)
     await store.stop()
     await admin.stop(1)
     for chan in channels.values():

@@ -123,12 +123,14 @@ class SubEntry(_message.Message):
     def __init__(self, filter: _Optional[str] = ..., qos: _Optional[int] = ..., no_local: _Optional[bool] = ..., retain_as_published: _Optional[bool] = ..., retain_handling: _Optional[int] = ..., sub_id: _Optional[int] = ...) -> None: ...
 
 class SubscriberRecord(_message.Message):
-    __slots__ = ("node", "subs")
+    __slots__ = ("node", "subs", "persistent")
     NODE_FIELD_NUMBER: _ClassVar[int]
     SUBS_FIELD_NUMBER: _ClassVar[int]
+    PERSISTENT_FIELD_NUMBER: _ClassVar[int]
     node: str
     subs: _containers.RepeatedCompositeFieldContainer[SubEntry]
-    def __init__(self, node: _Optional[str] = ..., subs: _Optional[_Iterable[_Union[SubEntry, _Mapping]]] = ...) -> None: ...
+    persistent: bool
+    def __init__(self, node: _Optional[str] = ..., subs: _Optional[_Iterable[_Union[SubEntry, _Mapping]]] = ..., persistent: _Optional[bool] = ...) -> None: ...
 
 class SessionRecord(_message.Message):
     __slots__ = ("node", "epoch", "online", "session_expiry", "disconnected_us", "listener_id", "replicas")

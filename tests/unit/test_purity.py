@@ -55,6 +55,8 @@ PURE = [
     "services/listener/auth/acl.py",
     "services/listener/auth/passwd_file.py",
     "services/listener/auth/errors.py",
+    "services/listener/forward/outbox.py",
+    "services/listener/forward/inbox.py",
     # gossip: the CRDTs, the metadata store, its record codec, watch buffers
     "services/gossip/crdt",
     "services/gossip/store.py",
@@ -63,6 +65,7 @@ PURE = [
     "services/gossip/engines/base.py",
     "services/gossip/membership",
     "services/gossip/cluster/address_book.py",
+    "services/gossip/replication",
     # registry: who leads a client id, the session table
     "services/registry/leadership.py",
     "services/registry/sessions.py",

@@ -20,7 +20,9 @@ class SubOptions:
 
     ``sub_id`` is the MQTT 5 Subscription Identifier (None when absent). ``node`` is the
     node owning the subscriber's session; routing returns it so the caller can forward a
-    message to a remote node instead of delivering it locally.
+    message to a remote node instead of delivering it locally. ``persistent``: that
+    session outlives its connection, so a copy forwarded to it must be durable there
+    before the publisher is acknowledged (I1).
     """
 
     qos: int
@@ -29,6 +31,7 @@ class SubOptions:
     retain_handling: int = 0
     sub_id: int | None = None
     node: str = ""
+    persistent: bool = False
 
 
 @dataclass(slots=True, init=False)  # values by convention, not frozen: see MatchResult

@@ -151,6 +151,12 @@ class Router(Generic[T]):
         else:
             sink.append(key, target, msg, qos, retain, sub_ids, ctx)
 
+    def lives_here(self, key: SessionKey) -> bool:
+        """Whether the replica places ``key``'s session on this node (its subscriptions
+        name the node); a session with no subscriptions is placed nowhere."""
+        opts = self.trie.options_of(key)
+        return opts is not None and (not opts.node or opts.node == self.node)
+
     def _is_online(self, m: SharedMember) -> bool:
         """For shared picks: a target here, or a session on another node (its node knows
         whether it is connected, and queues the copy if not)."""

@@ -253,6 +253,16 @@ class SubscriptionTrie:
         """A copy of ``sid``'s filters (shared ones with their ``$share/g/`` prefix)."""
         return dict(self._by_sid.get(sid, ()))
 
+    def options_of(self, sid: SessionKey) -> SubOptions | None:
+        """One of ``sid``'s subscriptions' options (what they share: node, persistence),
+        without copying its filters; None if it has none."""
+        mine = self._by_sid.get(sid)
+        if not mine:
+            return None
+        for opts in mine.values():
+            return opts
+        return None
+
     def items(self) -> Iterator[tuple[SessionKey, str, SubOptions]]:
         """Every subscription, for snapshots and anti-entropy; do not mutate meanwhile."""
         for sid, mine in self._by_sid.items():

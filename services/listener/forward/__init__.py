@@ -1,0 +1,1 @@
+"""Forwarding copies of publishes to the listeners of other nodes."""

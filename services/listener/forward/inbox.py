@@ -1,0 +1,91 @@
+"""The receiving end of a forwarding link: drop resent copies, acknowledge in order.
+
+Theory of operation
+-------------------
+One :class:`Inbox` per sending listener incarnation outlives the streams it arrives on,
+so a copy resent after a reconnect is recognised (``seq`` at or below the last one
+taken) and only acknowledged, never routed twice. Copies are routed in ``seq`` order;
+they complete in any order (a delivery at once, an append when the store has it on
+disk). The acknowledgement is cumulative: ``upto`` is the highest ``seq`` below which
+every copy taken is complete, plus the failed ones, so the sender can answer its
+publishers. A failure is repeated in every acknowledgement until the sender confirms
+it has heard an ``upto`` covering it (``confirm``, from each batch): an acknowledgement
+lost with a broken stream must not turn a failure into a success. A gap in ``seq``
+(the sender expired copies) is allowed.
+
+Worked example::
+
+    box = Inbox()
+    box.accept(1), box.accept(2), box.accept(2)   # True, True, False (a resend)
+    box.complete(2, ok=True)                       # 1 still out: nothing to ack yet
+    box.take_ack() is None
+    box.complete(1, ok=False)
+    box.take_ack() == (2, [1])
+    box.confirm(2)                                 # the sender heard it
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class Inbox:
+    __slots__ = (
+        "_acked",
+        "_done_upto",
+        "_failed",
+        "_new_failure",
+        "_pending",
+        "accepted",
+        "last_seen",
+    )
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.accepted = 0  # highest seq taken
+        self._pending: OrderedDict[int, bool | None] = OrderedDict()  # seq -> ok, or None
+        self._done_upto = 0
+        self._failed: list[int] = []  # failed seqs the sender has not confirmed
+        self._new_failure = False
+        self._acked = 0  # the ``upto`` last returned by take_ack
+        self.last_seen = now
+
+    def accept(self, seq: int) -> bool:
+        """True if ``seq`` is new and must be routed; False for a resent copy."""
+        if seq <= self.accepted:
+            return False
+        self.accepted = seq
+        self._pending[seq] = None
+        return True
+
+    def complete(self, seq: int, ok: bool) -> None:
+        if seq in self._pending:
+            self._pending[seq] = ok
+        pending = self._pending
+        while pending:
+            head, state = next(iter(pending.items()))
+            if state is None:
+                break
+            pending.popitem(last=False)
+            if not state:
+                self._failed.append(head)
+                self._new_failure = True
+            self._done_upto = head
+        if not pending:
+            self._done_upto = self.accepted
+
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    def confirm(self, sender_acked: int) -> None:
+        """The sender has heard acknowledgements up to ``sender_acked``."""
+        if self._failed and self._failed[0] <= sender_acked:
+            self._failed = [s for s in self._failed if s > sender_acked]
+
+    def take_ack(self, again: bool = False) -> tuple[int, list[int]] | None:
+        """The acknowledgement to send now, or None if there is nothing new (``again``:
+        repeat the last one, for a stream that just attached)."""
+        if self._done_upto <= self._acked and not self._new_failure and not again:
+            return None
+        self._new_failure = False
+        self._acked = max(self._acked, self._done_upto)
+        return self._acked, list(self._failed)

@@ -1,0 +1,106 @@
+"""The receiving side of forwarding: other nodes' copies, routed to sessions here.
+
+One :class:`~services.listener.forward.inbox.Inbox` per sending listener incarnation
+drops the copies a reconnecting sender resends; every new copy goes to ``accept`` (the
+broker), whose ``done`` callback completes it once it is delivered or durably queued.
+The stream's answers are the inbox's cumulative acknowledgements, sent as copies
+complete. A sender that outruns this node (:data:`MAX_OUTSTANDING` copies not yet
+complete) is not read from until it catches up: gRPC's flow control then holds its
+writes, and its outbox holds the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from services.listener.forward.inbox import Inbox
+from services.pb import forward_pb2, forward_pb2_grpc
+
+MAX_OUTSTANDING = 10_000
+IDLE_INBOX_S = 300.0  # an inbox no stream used for this long is forgotten
+
+Done = Callable[[str | None], None]  # None: delivered or queued; else why it failed
+Accept = Callable[[forward_pb2.Forwarded, Done], None]
+
+
+class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
+    def __init__(self, accept: Accept) -> None:
+        self.accept = accept
+        self.inboxes: dict[tuple[str, int], Inbox] = {}
+        self._wakes: dict[tuple[str, int], asyncio.Event] = {}  # the stream now attached
+        self.received = 0
+        self.resent = 0
+
+    async def Stream(
+        self, request_iterator: AsyncIterator[forward_pb2.ForwardBatch], context: Any
+    ) -> AsyncIterator[forward_pb2.ForwardAck]:
+        await context.send_initial_metadata(())  # the sender knows the stream is up
+        wake = asyncio.Event()
+        attached: list[tuple[str, int]] = []  # the sender, once its first batch is read
+        first = True  # a new stream hears the inbox's state at once (a resender's acks)
+        reader = asyncio.create_task(self._read(request_iterator, wake, attached))
+        try:
+            while True:
+                wake.clear()
+                waiter = asyncio.ensure_future(wake.wait())
+                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if attached:
+                    inbox = self.inboxes.get(attached[0])
+                    ack = inbox.take_ack(again=first) if inbox else None
+                    first = False
+                    if ack is not None:
+                        yield forward_pb2.ForwardAck(upto=ack[0], failed=ack[1])
+                if reader.done():
+                    reader.result()  # a bug in reading is raised, not swallowed
+                    return
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read(
+        self,
+        batches: AsyncIterator[forward_pb2.ForwardBatch],
+        wake: asyncio.Event,
+        attached: list[tuple[str, int]],
+    ) -> None:
+        async for batch in batches:
+            key = (batch.sender, batch.incarnation)
+            inbox = self.inboxes.get(key)
+            if inbox is None:
+                self._forget_idle()
+                inbox = self.inboxes[key] = Inbox()
+            inbox.last_seen = time.monotonic()
+            if not attached:
+                attached.append(key)
+            self._wakes[key] = wake
+            inbox.confirm(batch.acked)
+            for item in batch.items:
+                if not inbox.accept(item.seq):
+                    self.resent += 1
+                    continue
+                self.received += 1
+                self.accept(item, self._completer(key, inbox, item.seq))
+            wake.set()
+            while inbox.outstanding() > MAX_OUTSTANDING:
+                await asyncio.sleep(0.01)
+
+    def _completer(self, key: tuple[str, int], inbox: Inbox, seq: int) -> Done:
+        def done(failure: str | None) -> None:
+            inbox.complete(seq, failure is None)
+            wake = self._wakes.get(key)
+            if wake is not None:
+                wake.set()
+
+        return done
+
+    def _forget_idle(self) -> None:
+        horizon = time.monotonic() - IDLE_INBOX_S
+        for key in [k for k, box in self.inboxes.items() if box.last_seen < horizon]:
+            del self.inboxes[key]
+            self._wakes.pop(key, None)

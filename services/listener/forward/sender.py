@@ -1,0 +1,252 @@
+"""The listener's forwarding to other nodes: one ordered, batched stream per peer node.
+
+Theory of operation
+-------------------
+The router decides *forward* for a copy whose session lives on another node
+(``routing.router``); :meth:`Forwarder.forward` puts it in that node's
+:class:`~services.listener.forward.outbox.Outbox` and wakes the node's link task. The
+link keeps one ``Forward.Stream`` call open to the node's listener (its address comes
+from gossip, prefix ``listeners``), writes what waits in batches of up to
+:data:`BATCH` copies, and reads the cumulative acknowledgements: each one answers the
+copies' waiters (a QoS >= 1 publisher's ``Countdown``: its PUBACK waits for the remote
+node to have delivered or durably queued the copy, invariant I1). A broken stream is
+dialled again with backoff and everything unacknowledged is resent; the receiver drops
+what it already had (``inbox``).
+
+Back-pressure: a publisher waits for its PUBACK, so QoS >= 1 traffic is bounded by the
+clients' inflight windows; the outbox bounds the rest (``cluster.forward_queue``), and
+a copy that waits longer than ``cluster.forward_timeout`` (the node is down, paused, or
+its listener gone) is given up: dropped, logged, and its publisher answered 0x80.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from services.common import log
+from services.common.grpcutil import rpc_failed_as
+from services.common.peer.channel import Caller, channel
+from services.listener.forward.outbox import Outbox, OutboxFull
+from services.pb import forward_pb2, forward_pb2_grpc
+
+BATCH = 512  # copies per ForwardBatch
+CONNECT_TIMEOUT = 2.0
+TICK = 0.5  # s between expiry checks
+
+
+class Waiter(Protocol):
+    """What a copy's outcome is told to (a publisher's ``Countdown``)."""
+
+    def step(self, failure: str | None) -> None: ...
+
+
+@dataclass(slots=True)
+class Copy:
+    item: forward_pb2.Forwarded
+    waiter: Waiter | None
+    msg_id: str
+    topic: str
+
+
+Dropped = Callable[[str, Copy, str], None]  # (node, copy, reason)
+
+
+class PeerLink:
+    """The stream to one other node's listener, and the copies waiting for it."""
+
+    def __init__(self, forwarder: Forwarder, node: str, capacity: int, timeout: float) -> None:
+        self.forwarder = forwarder
+        self.node = node
+        self.timeout = timeout
+        self.outbox: Outbox[Copy] = Outbox(capacity)
+        self.connected = False
+        self.heard_upto = 0
+        self.sent = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"forward-{self.node}")
+        self._task.add_done_callback(_report_crash)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def push(self, copy: Copy) -> None:
+        try:
+            copy.item.seq = self.outbox.push(copy, time.monotonic())
+        except OutboxFull:
+            self.forwarder.fail(self.node, copy, "forward_queue_full")
+            return
+        self._wake.set()
+
+    # -- the link task -----------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            address = self.forwarder.peers.get(self.node)
+            if address is None:
+                await self._idle(TICK)
+                continue
+            call = forward_pb2_grpc.ForwardStub(self.forwarder.channel(address)).Stream(
+                metadata=self.forwarder.caller.metadata()
+            )
+            reader: asyncio.Task[None] | None = None
+            try:
+                await asyncio.wait_for(call.wait_for_connection(), CONNECT_TIMEOUT)
+                self.connected = True
+                backoff = 0.1
+                reader = asyncio.create_task(self._read(call), name=f"forward-acks-{self.node}")
+                while not reader.done():
+                    copies = self.outbox.take(BATCH)
+                    if not copies:
+                        await self._idle(TICK, reader)
+                        continue
+                    await call.write(
+                        forward_pb2.ForwardBatch(
+                            sender=self.forwarder.sender,
+                            incarnation=self.forwarder.incarnation,
+                            acked=self.heard_upto,
+                            items=[c.item for _seq, c in copies],
+                        )
+                    )
+                    self.sent += len(copies)
+                if reader.exception() is not None:
+                    raise reader.exception()  # type: ignore[misc]
+            except grpc.aio.AioRpcError as exc:
+                if self.connected:
+                    rpc_failed_as(
+                        "forward",
+                        f"Stream {self.node}",
+                        exc.code().name,
+                        str(exc.details()),
+                        "info",
+                    )
+            except grpc.aio.UsageError:
+                pass  # written to a call that had just ended: dialled again
+            except TimeoutError:
+                pass  # not answering: dialled again; the copies expire meanwhile
+            finally:
+                self.connected = False
+                if reader is not None:
+                    reader.cancel()
+                call.cancel()
+                self.outbox.rewind()
+            await self._idle(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
+        async for ack in call:
+            self.heard_upto = max(self.heard_upto, ack.upto)
+            failed = set(ack.failed)
+            for copy, ok in self.outbox.ack(ack.upto, failed):
+                if copy.waiter is not None:
+                    copy.waiter.step(None if ok else f"{self.node} did not take it")
+
+    async def _idle(self, delay: float, reader: asyncio.Task[None] | None = None) -> None:
+        """Wait for new copies, the reader's end or ``delay``; then expire old copies."""
+        self._wake.clear()
+        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._wake.wait())]
+        if reader is not None:
+            waits.append(reader)  # type: ignore[arg-type]
+        _done, pending = await asyncio.wait(
+            waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+        )
+        for fut in pending:
+            if fut is not reader:
+                fut.cancel()
+        for copy in self.outbox.expire(time.monotonic(), self.timeout):
+            self.forwarder.fail(self.node, copy, "node_unreachable")
+
+
+class Forwarder:
+    """Every link of this listener to the other nodes' listeners."""
+
+    def __init__(
+        self,
+        node: str,
+        sender: str,
+        cookie: str,
+        capacity: int,
+        timeout: float,
+        dropped: Dropped,
+    ) -> None:
+        self.node = node
+        self.sender = sender
+        self.incarnation = secrets.randbits(63)
+        self.capacity = capacity
+        self.timeout = timeout
+        self.dropped = dropped
+        self.caller = Caller(cookie, node, "")
+        self.peers: dict[str, str] = {}  # node -> its listener's forward address
+        self.links: dict[str, PeerLink] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = channel(address)
+        return ch
+
+    def set_peer(self, node: str, address: str | None) -> None:
+        """A node's listener address from gossip (None: its record was deleted)."""
+        if node == self.node:
+            return
+        if address is None:
+            self.peers.pop(node, None)
+        else:
+            self.peers[node] = address
+
+    def forward(
+        self,
+        node: str,
+        item: forward_pb2.Forwarded,
+        waiter: Waiter | None,
+        msg_id: str,
+        topic: str,
+    ) -> None:
+        link = self.links.get(node)
+        if link is None:
+            link = self.links[node] = PeerLink(self, node, self.capacity, self.timeout)
+            link.start()
+        link.push(Copy(item, waiter, msg_id, topic))
+
+    def fail(self, node: str, copy: Copy, reason: str) -> None:
+        self.dropped(node, copy, reason)
+        if copy.waiter is not None:
+            copy.waiter.step(f"{reason}: {node}")
+
+    def details(self) -> dict[str, object]:
+        return {
+            n: {
+                "address": self.peers.get(n, ""),
+                "connected": link.connected,
+                "waiting": len(link.outbox),
+                "sent": link.sent,
+            }
+            for n, link in sorted(self.links.items())
+        }
+
+    async def stop(self) -> None:
+        for link in self.links.values():
+            await link.stop()
+        for ch in self._channels.values():
+            await ch.close(None)
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    log.emit("internal.error", "error", op=task.get_name(), reason=repr(exc))

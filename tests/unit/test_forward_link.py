@@ -1,0 +1,152 @@
+"""The forwarding link's two ends, over a simulated stream that breaks, loses what is in
+flight and reconnects: each copy is routed at most once and in order, every copy's
+waiter hears exactly one outcome, and a failed copy is never reported as delivered."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.listener.forward.inbox import Inbox
+from services.listener.forward.outbox import Outbox, OutboxFull
+
+
+def test_outbox_resends_after_a_break_and_acks_in_order() -> None:
+    o: Outbox[str] = Outbox(capacity=10)
+    assert [o.push(x, 0.0) for x in "abc"] == [1, 2, 3]
+    assert o.take(2) == [(1, "a"), (2, "b")]
+    assert o.take(5) == [(3, "c")] and o.unsent() == 0
+    o.rewind()
+    assert o.unsent() == 3
+    assert o.take(5) == [(1, "a"), (2, "b"), (3, "c")]
+    assert o.ack(2, {2}) == [("a", True), ("b", False)]
+    o.rewind()
+    assert o.take(5) == [(3, "c")]
+
+
+def test_outbox_is_bounded_and_expires_the_oldest() -> None:
+    o: Outbox[int] = Outbox(capacity=2)
+    o.push(1, 0.0)
+    o.push(2, 5.0)
+    with pytest.raises(OutboxFull):
+        o.push(3, 5.0)
+    assert o.expire(now=11.0, max_age=10.0) == [1]
+    assert o.take(5) == [(2, 2)]
+    o.push(3, 11.0)
+    assert len(o) == 2
+
+
+def test_inbox_drops_resends_and_acks_cumulatively() -> None:
+    box = Inbox()
+    assert [box.accept(1), box.accept(2), box.accept(2)] == [True, True, False]
+    box.complete(2, ok=True)
+    assert box.take_ack() is None  # 1 is still out
+    box.complete(1, ok=False)
+    assert box.take_ack() == (2, [1])
+    assert box.take_ack() is None
+    assert box.take_ack(again=True) == (2, [1])  # a new stream hears it again
+    box.confirm(2)
+    assert box.take_ack(again=True) == (2, [])
+    assert box.accept(3)
+    box.complete(3, ok=False)
+    assert box.take_ack() == (3, [3])  # lost with a broken stream
+    box.confirm(2)  # a batch sent before the sender heard it
+    assert box.take_ack(again=True) == (3, [3])  # so the failure is still told
+    box.confirm(3)
+    assert box.accept(7)  # a gap: the sender expired 4..6
+    box.complete(7, ok=True)
+    assert box.take_ack() == (7, [])
+
+
+ops = st.lists(
+    st.sampled_from(
+        ["push", "push", "send", "deliver", "complete", "complete", "ack", "break", "tick"]
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops, st.randoms(use_true_random=False))
+def test_a_breaking_link_routes_each_copy_at_most_once_in_order_with_one_outcome_each(
+    script: list[str], rng: random.Random
+) -> None:
+    outbox: Outbox[int] = Outbox(capacity=50)
+    inbox = Inbox()
+    to_receiver: list[tuple[int, list[tuple[int, int]]]] = []  # (sender's acked, batch)
+    to_sender: list[tuple[int, list[int]]] = []
+    routed: list[int] = []
+    pending: dict[int, int] = {}  # seq -> item, routed and not complete
+    fate: dict[int, bool] = {}  # item -> completed ok?
+    outcomes: dict[int, str] = {}
+    heard_upto = 0
+    now = 0.0
+    next_item = 0
+
+    def step(op: str, allow_break: bool = True) -> None:
+        nonlocal heard_upto, now, next_item
+        if op == "push":
+            try:
+                outbox.push(next_item, now)
+            except OutboxFull:
+                outcomes[next_item] = "refused"
+            next_item += 1
+        elif op == "send":
+            batch = outbox.take(rng.randint(1, 5))
+            if batch:
+                to_receiver.append((heard_upto, batch))
+        elif op == "deliver" and to_receiver:
+            acked, batch = to_receiver.pop(0)
+            inbox.confirm(acked)
+            for seq, item in batch:
+                if inbox.accept(seq):
+                    routed.append(item)
+                    pending[seq] = item
+            ack = inbox.take_ack()
+            if ack:
+                to_sender.append(ack)
+        elif op == "complete" and pending:
+            seq = rng.choice(sorted(pending))
+            ok = rng.random() < 0.8
+            fate[pending.pop(seq)] = ok
+            inbox.complete(seq, ok)
+            ack = inbox.take_ack()
+            if ack:
+                to_sender.append(ack)
+        elif op == "ack" and to_sender:
+            upto, failed = to_sender.pop(0)
+            heard_upto = max(heard_upto, upto)
+            for item, ok in outbox.ack(upto, set(failed)):
+                assert item not in outcomes, "two outcomes for one copy"
+                outcomes[item] = "ok" if ok else "failed"
+        elif op == "break" and allow_break:
+            to_receiver.clear()
+            to_sender.clear()
+            outbox.rewind()
+            again = inbox.take_ack(again=True)
+            if again:
+                to_sender.append(again)
+        elif op == "tick":
+            now += 4.0
+            for item in outbox.expire(now, 10.0):
+                assert item not in outcomes
+                outcomes[item] = "expired"
+
+    for op in script:
+        step(op)
+    # heal: no more breaks or expiry; everything in flight finishes
+    for i in range(4000):
+        if not len(outbox) and not to_receiver and not to_sender and not pending:
+            break
+        step(("send", "deliver", "complete", "ack")[i % 4], allow_break=False)
+    assert not len(outbox)
+    assert routed == sorted(routed) and len(routed) == len(set(routed))
+    assert set(outcomes) == set(range(next_item))
+    for item, outcome in outcomes.items():
+        if outcome == "ok":
+            assert fate.get(item) is True, f"copy {item} reported delivered but was not"
+        elif outcome == "failed":
+            assert fate.get(item) is False
