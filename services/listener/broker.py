@@ -17,6 +17,11 @@ Theory of operation
   ``retain`` prefixes, fed by the Watch stream (``apply_meta``).
 * Registration, takeover, resume and session end are ``lifecycle``'s; wills are
   ``wills``'.
+* On the minority side of a partition (``set_view``), PUBLISH, SUBSCRIBE and
+  UNSUBSCRIBE are refused unless their ``allow_*_during_netsplit`` is on (I3): 5.0
+  clients hear 0x83 on PUBACK/PUBREC, SUBACK and UNSUBACK; 3.1/3.1.1 hear SUBACK 0x80,
+  and a QoS >= 1 PUBLISH or an UNSUBSCRIBE, which they cannot refuse, closes the
+  connection unacknowledged (the client sends it again once it reconnects).
 * ``forward``: a copy for a session on another node goes to that node's listener
   (``forward.sender``); a QoS >= 1 publisher's PUBACK waits for that node to have it.
   Copies other nodes forward here arrive at ``accept_forwarded`` and are delivered or
@@ -34,6 +39,7 @@ from typing import Any, Final
 from mypy_extensions import mypyc_attr
 
 from services.common import log
+from services.common.cluster_view import ClusterView
 from services.common.grpcutil import rpc_failed_as
 from services.common.metrics import Child, MetricsRegistry
 from services.common.session_key import SessionKey
@@ -57,6 +63,7 @@ from services.listener.wills import Wills
 from services.pb import common_pb2, forward_pb2, gossip_pb2, gossip_pb2_grpc, registry_pb2_grpc
 
 _UNSPECIFIED: Final = ReasonCode.UNSPECIFIED_ERROR
+_SPLIT: Final = ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR  # valid, but not accepted now
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests stand in for it (test_conn_memory)
@@ -110,6 +117,12 @@ class Broker:
             lambda: len(router.retained),
         )
         self.delivered_qos: list[Child] = self.metrics.delivered
+        self.settings = settings
+        # what the minority side of a partition refuses now (set_view)
+        self.refuse_publish = False
+        self.refuse_subscribe = False
+        self.refuse_unsubscribe = False
+        self.split_reason = ""
         self.forwarder = Forwarder(
             self.node,
             listener_id,
@@ -146,12 +159,39 @@ class Broker:
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
         self.lifecycle.takeover(key, old_epoch)
 
+    # -- netsplits ------------------------------------------------------------------
+    def set_view(self, view: ClusterView) -> None:
+        """The cluster view changed: what this node refuses follows it."""
+        split = not view.serving
+        settings = self.settings
+        self.refuse_publish = split and not settings.allow_publish_during_netsplit
+        self.refuse_subscribe = split and not settings.allow_subscribe_during_netsplit
+        self.refuse_unsubscribe = split and not settings.allow_unsubscribe_during_netsplit
+        self.split_reason = view.refusal() if split else ""
+
+    def _refuse_publish(self, msg: Message, client: ClientPort, token: int | None) -> None:
+        self.metrics.dropped.labels("netsplit").inc()
+        log.emit(
+            "message.dropped",
+            "info",
+            msg_id=msg.msg_id,
+            client_id=msg.publisher,
+            topic=msg.topic,
+            qos=msg.qos,
+            reason="netsplit",
+        )
+        if token is not None:
+            client.routed(token, _SPLIT, self.split_reason)
+
     # -- publish ---------------------------------------------------------------------
     def route(
         self, msg: Message, client: ClientPort | None, token: int | None, internal: bool = False
     ) -> None:
         """Deliver ``msg`` to every matching session; answer ``client`` when durable.
         ``internal``: the broker's own message ($SYS), not counted as published."""
+        if client is not None and self.refuse_publish:
+            self._refuse_publish(msg, client, token)
+            return
         if not internal:
             self.metrics.published[msg.qos].inc()
         countdown = (
@@ -313,6 +353,9 @@ class Broker:
         """Routing sees the new subscriptions at once; SUBACK after the gossip write."""
         key = client.sid
         assert key is not None
+        if self.refuse_subscribe:
+            client.subscribed(req.packet_id, [_SPLIT] * len(req.subscriptions))
+            return
         fresh = [
             self.router.subscribe(
                 key,
@@ -359,6 +402,9 @@ class Broker:
         """Routing stops at once; UNSUBACK after the gossip write."""
         key = client.sid
         assert key is not None
+        if self.refuse_unsubscribe:
+            client.unsubscribed(req.packet_id, [_SPLIT] * len(req.topic_filters))
+            return
         codes: list[int] = [
             ReasonCode.SUCCESS
             if self.router.unsubscribe(key, f)

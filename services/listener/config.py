@@ -276,19 +276,23 @@ SETTINGS: list[Setting] = [
         "allow_publish_during_netsplit",
         "bool",
         "off",
-        "Accept PUBLISH on the minority side of a partition.",
+        "Accept PUBLISH on the minority side of a partition. Off: 5.0 publishers hear "
+        "PUBACK/PUBREC 0x83; a 3.1/3.1.1 QoS 1/2 publisher is closed unacknowledged (it "
+        "resends); QoS 0 is dropped (message.dropped, reason netsplit).",
     ),
     Setting(
         "allow_subscribe_during_netsplit",
         "bool",
         "off",
-        "Accept SUBSCRIBE on the minority side of a partition.",
+        "Accept SUBSCRIBE on the minority side of a partition. Off: SUBACK 0x83 (5.0) or "
+        "0x80 (3.1.1) for every filter.",
     ),
     Setting(
         "allow_unsubscribe_during_netsplit",
         "bool",
         "off",
-        "Accept UNSUBSCRIBE on the minority side of a partition.",
+        "Accept UNSUBSCRIBE on the minority side of a partition. Off: UNSUBACK 0x83 "
+        "(5.0); a 3.1/3.1.1 client, whose UNSUBACK cannot refuse, is closed.",
     ),
     # -- $SYS --------------------------------------------------------------------------
     Setting(
@@ -370,6 +374,9 @@ class ListenerSettings:
     systree_enabled: bool = setting("systree_enabled")
     systree_interval: float = setting("systree_interval")
     cookie: str = setting("distributed_cookie")
+    allow_publish_during_netsplit: bool = setting("allow_publish_during_netsplit")
+    allow_subscribe_during_netsplit: bool = setting("allow_subscribe_during_netsplit")
+    allow_unsubscribe_during_netsplit: bool = setting("allow_unsubscribe_during_netsplit")
     forward_listen: str = setting("cluster.forward_listen")
     forward_timeout: float = setting("cluster.forward_timeout")
     forward_queue: int = setting("cluster.forward_queue")

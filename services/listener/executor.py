@@ -184,12 +184,12 @@ class ActionExecutor:
         for out in buffered:
             self.execute(self.session.deliver(out, now))
 
-    def routed(self, token: int, reason_code: int) -> None:
+    def routed(self, token: int, reason_code: int, reason: str = "store unavailable") -> None:
         if self.session is None or self.closed:
             return
         if reason_code >= 0x80 and self.session.protocol_version < 5:
             # 3.1/3.1.1 cannot refuse a PUBLISH: close without acknowledging, the client resends
-            self.fail(reason_code, "store unavailable")
+            self.fail(reason_code, reason)
             return
         self.execute(self.session.handle_routed(token, reason_code, time.time()))
 
@@ -198,8 +198,14 @@ class ActionExecutor:
             self.execute(self.session.handle_subscribed(packet_id, codes, time.time()))
 
     def unsubscribed(self, packet_id: int, codes: Sequence[int]) -> None:
-        if self.session is not None and not self.closed:
-            self.execute(self.session.handle_unsubscribed(packet_id, codes, time.time()))
+        if self.session is None or self.closed:
+            return
+        if self.session.protocol_version < 5 and any(c >= 0x80 for c in codes):
+            # 3.1/3.1.1's UNSUBACK cannot say "not done": close rather than lie; the
+            # client unsubscribes again once it reconnects
+            self.fail(max(codes), "unsubscribe refused")
+            return
+        self.execute(self.session.handle_unsubscribed(packet_id, codes, time.time()))
 
     def takeover(self) -> None:
         if self.session is not None and not self.closed:

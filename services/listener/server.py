@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from services.common import log
+from services.common.cluster_view import ViewFollower
 from services.common.config import Config
 from services.common.grpcutil import (
     AdminServicer,
@@ -218,7 +219,9 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         metrics,
     )
     meta_ready = asyncio.Event()
+    follower = ViewFollower(broker.gossip, node, broker.set_view)
     tasks = [
+        asyncio.create_task(follower.run(), name="cluster-view"),
         asyncio.create_task(_watch_meta(broker, broker.gossip, meta_ready, stop)),
         asyncio.create_task(_watch_registry(broker, broker.registry, stop)),
     ]

@@ -51,11 +51,11 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from services.common import log
+from services.common.cluster_view import ClusterView
 from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, registry_pb2
 from services.registry.backends import BackendError, Backends
-from services.registry.cluster_view import ClusterView
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.directory import DirectoryWriter

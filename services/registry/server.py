@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+from services.common.cluster_view import ViewFollower
 from services.common.config import Config
 from services.common.grpcutil import AdminServicer, bind, create_server
 from services.common.metrics import MetricsRegistry
@@ -18,7 +19,6 @@ from services.common.service import started
 from services.common.typed_settings import build
 from services.pb import common_pb2_grpc, registry_pb2_grpc
 from services.registry.backends import Backends
-from services.registry.cluster_view import ViewFollower
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from services.common.pids import alive
+from tests.support.clients import Client
 from tests.support.node import free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -134,9 +135,31 @@ def test_a_killed_node_is_down_on_the_others_and_the_majority_serves(cluster: Pa
     wait_for(lambda: any(e["peer"] == N3 for e in events(cluster, N1, "node.down")), BOUND)
 
 
+class Acks:
+    """A paho client's acknowledgements, by message id: reason codes as ints."""
+
+    def __init__(self, client: Client) -> None:
+        self.codes: dict[int, list[int]] = {}
+        client.paho.on_publish = lambda _c, _u, mid, rc, _p: self._got(mid, [rc])
+        client.paho.on_subscribe = lambda _c, _u, mid, rcs, _p: self._got(mid, rcs)
+        client.paho.on_unsubscribe = lambda _c, _u, mid, rcs, _p: self._got(mid, rcs)
+
+    def _got(self, mid: int, codes: Any) -> None:
+        self.codes[mid] = [int(getattr(c, "value", c)) for c in codes]
+
+    def wait(self, mid: int) -> list[int]:
+        wait_for(lambda: mid in self.codes, BOUND, what=f"the ack of message {mid}")
+        return self.codes[mid]
+
+
 def test_a_paused_node_is_found_by_heartbeats_and_the_minority_says_503(cluster: Path) -> None:
     pid = pid_of(cluster, N2)
     healed_before = len(events(cluster, N1, "netsplit.healed"))
+    # connected before the split: they stay connected, and what they ask is refused
+    v5 = Client("split-v5", 10053, version=5).connect()
+    v4 = Client("split-v4", 10053).connect()
+    v5.subscribe("split/kept", 1)
+    acks5, acks4 = Acks(v5), Acks(v4)
     os.killpg(pid, signal.SIGSTOP)  # nothing closes: only the probes can tell
     try:
         wait_for(lambda: states(N1).get(N2) == "down", BOUND)
@@ -151,12 +174,28 @@ def test_a_paused_node_is_found_by_heartbeats_and_the_minority_says_503(cluster:
         # I3: the minority refuses CONNECT: 3.1.1 return code 3, 5.0 reason 0x88
         wait_for(lambda: connack_code(10053, 4) == 0x03, BOUND)
         assert connack_code(10053, 5) == 0x88
+        # ... and PUBLISH, SUBSCRIBE and UNSUBSCRIBE (allow_*_during_netsplit off):
+        # 5.0 hears 0x83 (valid, but not accepted now) on PUBACK, SUBACK and UNSUBACK
+        assert acks5.wait(v5.paho.publish("split/t", b"x", 1).mid) == [0x83]
+        assert acks5.wait(v5.paho.subscribe("split/new", 1)[1]) == [0x83]
+        assert acks5.wait(v5.paho.unsubscribe("split/kept")[1]) == [0x83]
+        # 3.1.1 hears SUBACK 0x80; it cannot refuse a PUBLISH, so it is closed unacked
+        assert acks4.wait(v4.paho.subscribe("split/new", 1)[1]) == [0x80]
+        unacked = v4.paho.publish("split/t", b"y", 1)
+        wait_for(v4.disconnected.is_set, BOUND, what="the 3.1.1 publisher closed")
+        assert unacked.mid not in acks4.codes
     finally:
         os.killpg(pid, signal.SIGCONT)
+        v4.disconnect()
     wait_for(lambda: states(N1).get(N2) == "up" and health(N1) == 200, BOUND)
     wait_for(lambda: len(events(cluster, N1, "netsplit.healed")) > healed_before, BOUND)
     assert events(cluster, N1, "netsplit.healed")[-1]["duration_s"] > 0
     wait_for(lambda: connack_code(10053, 5) == 0x00, BOUND)  # serving again
+    try:
+        assert acks5.wait(v5.paho.publish("split/t", b"z", 1).mid) in ([0x00], [0x10])
+        assert acks5.wait(v5.paho.subscribe("split/new", 1)[1]) == [1]
+    finally:
+        v5.disconnect()
 
 
 def test_a_restarted_node_comes_back_with_its_data(cluster: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.common.cluster_view import ClusterView
 from services.gossip.cluster import address_book as ab
 from services.gossip.cluster import wire
 from services.gossip.membership import members as ml
@@ -19,7 +20,6 @@ from services.gossip.membership.messages import (
     Suspect,
 )
 from services.pb import cluster_pb2
-from services.registry.cluster_view import ClusterView
 
 entries = st.dictionaries(
     st.sampled_from(["a", "b", "c"]),

@@ -1,19 +1,17 @@
-"""The registry's copy of the cluster view, followed from this node's gossip service.
+"""A service's copy of the cluster view, followed from this node's gossip service.
 
-Why here: invariant I3. A node that does not see a majority of the members must refuse
-CONNECT (3.1.1 code 3, 5.0 0x88) unless ``allow_register_during_netsplit`` is on, and so
-must a node with ``cluster.seeds`` that has not joined yet. The view arrives on
+Why: invariant I3. A node that does not see a majority of the members must refuse
+CONNECT (3.1.1 code 3, 5.0 0x88; the registry) and PUBLISH, SUBSCRIBE and UNSUBSCRIBE
+(the listener) unless the matching ``allow_*_during_netsplit`` is on, and so must a node
+with ``cluster.seeds`` that has not joined yet. The view arrives on
 ``Gossip.WatchView``; while gossip is unreachable the last view stands (a gossip
 restart must not flip availability), and the stream is reopened with backoff.
-
-Until the session directory is a quorum register (DESIGN §4), every node of the majority
-still registers its own CONNECTs: the leadership rule (``leadership.decide``) keeps
-deciding on a one-node view. What this module adds now is the minority's refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -51,10 +49,16 @@ def from_pb(pb: gossip_pb2.ClusterView) -> ClusterView:
 
 
 class ViewFollower:
-    def __init__(self, stub: gossip_pb2_grpc.GossipStub, node: str) -> None:
+    def __init__(
+        self,
+        stub: gossip_pb2_grpc.GossipStub,
+        node: str,
+        on_change: Callable[[ClusterView], None] | None = None,
+    ) -> None:
         self.stub = stub
         self.view = ClusterView.alone(node)
         self.updates = 0
+        self.on_change = on_change
 
     async def run(self) -> None:
         backoff = 0.1
@@ -64,6 +68,8 @@ class ViewFollower:
                 async for pb in call:
                     self.view = from_pb(pb)
                     self.updates += 1
+                    if self.on_change is not None:
+                        self.on_change(self.view)
                     backoff = 0.1
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
