@@ -29,6 +29,29 @@ SETTINGS: list[Setting] = [
         "empty: start alone, or wait for ternmq-admin cluster join.",
     ),
     Setting(
+        "discovery",
+        "enum",
+        "static",
+        "How a node finds its cluster: static (cluster.seeds, or ternmq-admin cluster "
+        "join) or redis (nodes register their inter-node address in Redis with a TTL and "
+        "join the members they find there).",
+        choices=("static", "redis"),
+    ),
+    Setting(
+        "discovery.redis_url",
+        "str",
+        "redis://127.0.0.1:6379/0",
+        "The Redis that discovery = redis uses. Nodes with different distributed_cookie "
+        "values register apart, so two clusters may share one Redis.",
+    ),
+    Setting(
+        "discovery.redis_ttl",
+        "duration",
+        "30s",
+        "How long a node's registration lives in Redis unless renewed (it is renewed every "
+        "third of it); a node that died is no longer found after it.",
+    ),
+    Setting(
         "gossip.map_size",
         "size",
         "1GB",
@@ -99,6 +122,9 @@ class GossipSettings:
     cookie: str = setting("distributed_cookie")
     cluster_listen: str = setting("cluster.listen")
     seeds: tuple[str, ...] = setting("cluster.seeds", convert=_seeds)
+    discovery: str = setting("discovery")
+    redis_url: str = setting("discovery.redis_url")
+    redis_ttl: float = setting("discovery.redis_ttl")
     data_dir: Path = setting("data_dir", convert=Path)
     address: str = computed(_address)
     map_size: int = setting("gossip.map_size")

@@ -23,6 +23,7 @@ from services.common.metrics import MetricsRegistry
 from services.common.peer import channel as peer_channel
 from services.common.peer.identity import load_or_create
 from services.common.typed_settings import build
+from services.gossip.cluster.discovery import RedisDiscovery
 from services.gossip.cluster.node import ClusterNode
 from services.gossip.cluster.replicator import Replicator
 from services.gossip.cluster.servicer import ClusterServicer
@@ -103,7 +104,14 @@ async def _serve(
         }
 
     identity = load_or_create(settings.data_dir, settings.nodename)
-    cluster = ClusterNode(identity, settings.cookie, settings.seeds, settings.data_dir / "cluster")
+    redis = settings.discovery == "redis"
+    cluster = ClusterNode(
+        identity,
+        settings.cookie,
+        settings.seeds,
+        settings.data_dir / "cluster",
+        discovering=redis,
+    )
     # Built before the first commit: its digest starts from what was loaded, and every
     # commit after is reported to it.
     replicator = Replicator(store, committer, cluster)
@@ -118,9 +126,19 @@ async def _serve(
     await peers.start()
     cluster.start(f"{host}:{port}")
     replicator.start()
+    discovery = (
+        RedisDiscovery(settings.redis_url, settings.redis_ttl, settings.cookie, cluster)
+        if redis
+        else None
+    )
+    if discovery is not None:
+        discovery.start()
 
     def all_details() -> dict[str, Any]:
-        return {**details(), "cluster": cluster.details(), "replication": replicator.details()}
+        out = {**details(), "cluster": cluster.details(), "replication": replicator.details()}
+        if discovery is not None:
+            out["discovery"] = discovery.details()
+        return out
 
     server = grpcutil.create_server()
     gossip_pb2_grpc.add_GossipServicer_to_server(
@@ -143,6 +161,8 @@ async def _serve(
         await stop.wait()
     finally:
         hub.close()
+        if discovery is not None:
+            await discovery.stop()
         await replicator.stop()
         await cluster.stop()
         await peers.stop(GRACE_S)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.common.cluster_view import ClusterView
+from services.common.peer.identity import Identity
 from services.gossip.cluster import address_book as ab
 from services.gossip.cluster import wire
+from services.gossip.cluster.node import ClusterNode
 from services.gossip.membership import members as ml
 from services.gossip.membership.messages import (
     Ack,
@@ -88,3 +92,15 @@ def test_the_registry_serves_only_joined_and_in_the_majority() -> None:
     assert split.refusal() == "netsplit: 1 of 3 members reachable (n2, n3 down)"
     joining = ClusterView(frozenset({"n1"}), frozenset({"n1"}), True, False)
     assert not joining.serving and joining.refusal() == "not joined to the cluster yet"
+
+
+def test_discovery_joins_what_it_finds_or_starts_the_cluster(tmp_path: Path) -> None:
+    first = ClusterNode(Identity("a", 1), "c", (), tmp_path / "a", discovering=True)
+    assert not first.joined  # it has not looked yet
+    first.discovered({"a": "127.0.0.1:1"})  # nobody else registered: it starts the cluster
+    assert first.joined
+    second = ClusterNode(Identity("b", 2), "c", (), tmp_path / "b", discovering=True)
+    second.discovered({"a": "127.0.0.1:1", "b": "127.0.0.1:2"})
+    assert not second.joined and second.seeds == ("127.0.0.1:1",)  # joins a, through seeds
+    static = ClusterNode(Identity("s", 3), "c", (), tmp_path / "s")
+    assert static.joined  # no seeds and no discovery: alone from the start

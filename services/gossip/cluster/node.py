@@ -69,6 +69,7 @@ class ClusterNode:
         seeds: tuple[str, ...],
         state_dir: Path,
         rng: random.Random | None = None,
+        discovering: bool = False,
     ) -> None:
         self.node = identity.node
         self.identity = identity
@@ -79,7 +80,9 @@ class ClusterNode:
         self.address = ""  # set by start(): the bound inter-node address
         self.members, self.book = self._load()
         self.members = ml.join(self.members, self.node)
-        self.joined = not seeds or len(ml.members(self.members)) > 1
+        # With discovery, a node that knows no other member is not joined until its first
+        # look finds others to join, or finds nobody (then it starts the cluster).
+        self.joined = (not seeds and not discovering) or len(ml.members(self.members)) > 1
         self.caller: Caller | None = None
         self.detector: Detector | None = None
         self.view = View(self.node, frozenset({self.node}), frozenset({self.node}))
@@ -418,6 +421,26 @@ class ClusterNode:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
+    def discovered(self, found: dict[str, str]) -> None:
+        """What discovery found registered (node -> inter-node address), this node
+        included. Not joined: join those (none: this node starts the cluster). Joined:
+        join any that is not a member yet, so two clusters that formed apart in a race
+        merge into one."""
+        others = {n: a for n, a in found.items() if n != self.node}
+        if not self.joined:
+            if others:
+                self.seeds = tuple(sorted(set(others.values())))
+            else:
+                self.joined = True
+                if self.detector is not None:
+                    self._refresh()
+            return
+        members = ml.members(self.members)
+        for node, address in sorted(others.items()):
+            if node not in members:
+                task = asyncio.create_task(self.join_via(address), name=f"join-{node}")
+                task.add_done_callback(_report_join)
+
     async def join_via(self, seed: str) -> gossip_pb2.JoinClusterReply:
         """Join the cluster of the member at ``seed`` now (``cluster join``)."""
         if seed == self.address:
@@ -478,6 +501,14 @@ class ClusterNode:
             except grpc.aio.AioRpcError:
                 continue  # the detector tells whether it is down
             self.merge_state(reply)
+
+
+def _report_join(task: asyncio.Task[gossip_pb2.JoinClusterReply]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.emit("internal.error", "error", op=task.get_name(), reason=repr(exc))
 
 
 def report_crash(task: asyncio.Task[None]) -> None:
