@@ -26,6 +26,7 @@ from services.node.schema import schema
 from services.pb import gossip_pb2, gossip_pb2_grpc
 from tests.integration.test_cluster_membership import HTTP, N1, N2, N3, get, health, states
 from tests.support.clients import Client, mosquitto_pub
+from tests.support.cluster import dev_cluster
 from tests.support.node import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -38,25 +39,10 @@ FORWARD_TIMEOUT = 2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    base = tmp_path_factory.mktemp("devcluster-meta")
-    done = subprocess.run(
-        [
-            *(str(BIN / "ternmq"), "dev-cluster", "--nodes", "3", "--base-dir", str(base)),
-            *("--set", f"cluster.forward_timeout={FORWARD_TIMEOUT}s"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    try:
-        assert done.returncode == 0, done.stdout + done.stderr
+    with dev_cluster(
+        tmp_path_factory.mktemp("devcluster-meta"), f"cluster.forward_timeout={FORWARD_TIMEOUT}s"
+    ) as base:
         yield base
-    finally:
-        subprocess.run(
-            [str(BIN / "ternmq"), "dev-cluster", "stop", "--base-dir", str(base)],
-            capture_output=True,
-            timeout=60,
-        )
 
 
 def _conf(base: Path, node: str) -> Path:
@@ -207,6 +193,21 @@ def test_a_shared_group_on_other_nodes_gets_each_message_once(cluster: Path) -> 
     finally:
         for c in [*members, pub]:
             c.disconnect()
+
+
+def test_a_will_reaches_a_subscriber_on_another_node_once(cluster: Path) -> None:
+    """S23 (b): the client's connection is cut; its node publishes the will, once."""
+    sub = _connected("will-sub", N3)
+    sub.subscribe("will/t", 1)
+    wait_for(lambda: subscriber_node(cluster, N1, "will-sub") == N3, BOUND)
+    client = Client("will-client", MQTT[N1], will=("will/t", b"gone", 1, False)).connect()
+    try:
+        client.drop()  # no DISCONNECT: an abnormal end
+        (got,) = sub.take(1)
+        assert (got.payload, got.qos) == (b"gone", 1)
+        assert not sub.drain(1.0)
+    finally:
+        sub.disconnect()
 
 
 def test_a_node_that_was_down_catches_up_when_it_returns(cluster: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from services.common.pids import alive
 from tests.support.clients import Client
+from tests.support.cluster import dev_cluster
 from tests.support.node import free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -82,22 +83,8 @@ def pid_of(base: Path, node: str) -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    base = tmp_path_factory.mktemp("devcluster")
-    done = subprocess.run(
-        [str(BIN / "ternmq"), "dev-cluster", "--nodes", "3", "--base-dir", str(base)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    try:
-        assert done.returncode == 0, done.stdout + done.stderr
+    with dev_cluster(tmp_path_factory.mktemp("devcluster")) as base:
         yield base
-    finally:
-        subprocess.run(
-            [str(BIN / "ternmq"), "dev-cluster", "stop", "--base-dir", str(base)],
-            capture_output=True,
-            timeout=60,
-        )
 
 
 def test_the_command_returns_with_every_node_joined_and_healthy(cluster: Path) -> None:

@@ -1,0 +1,31 @@
+"""A 3-node dev cluster for a test module (``ternmq dev-cluster``, DESIGN §3's fixed
+ports), stopped with ``ternmq dev-cluster stop`` whatever the tests did to it."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+@contextlib.contextmanager
+def dev_cluster(base: Path, *sets: str) -> Iterator[Path]:
+    """Start 3 nodes under ``base`` (each ``sets`` item is a ``KEY=VALUE`` for every node's
+    conf) and return once all are joined and healthy; stop them all on exit."""
+    args = [str(BIN / "ternmq"), "dev-cluster", "--nodes", "3", "--base-dir", str(base)]
+    for item in sets:
+        args += ["--set", item]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield base
+    finally:
+        subprocess.run(
+            [str(BIN / "ternmq"), "dev-cluster", "stop", "--base-dir", str(base)],
+            capture_output=True,
+            timeout=60,
+        )
