@@ -131,6 +131,21 @@ def cluster_join(ctx: click.Context, discovery_node: str) -> None:
     )
 
 
+@cluster.command("leave")
+@click.argument("node", metavar="node=NODENAME")
+@click.pass_context
+def cluster_leave(ctx: click.Context, node: str) -> None:
+    """Remove a member that is down from the cluster (it stops counting in majorities)."""
+    key, sep, name = node.partition("=")
+    if key != "node" or not sep or not name:
+        raise click.UsageError("expected node=NODENAME")
+    result = ctx.obj["node"].get("/api/v1/cluster/leave", node=name)
+    _emit(
+        ctx,
+        result if ctx.obj["json"] else {"Left": name, "Members": ", ".join(result["members"])},
+    )
+
+
 @cli.group()
 def session() -> None:
     """Sessions."""

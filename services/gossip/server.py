@@ -143,7 +143,14 @@ async def _serve(
     server = grpcutil.create_server()
     gossip_pb2_grpc.add_GossipServicer_to_server(
         GossipServicer(
-            store, committer, hub, settings, metrics, views=cluster.views, join=cluster.join_via
+            store,
+            committer,
+            hub,
+            settings,
+            metrics,
+            views=cluster.views,
+            join=cluster.join_via,
+            leave=cluster.remove,
         ),
         server,
     )

@@ -83,6 +83,7 @@ class GossipServicer(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         metrics: GossipMetrics,
         views: Callable[[], AsyncIterator[gossip_pb2.ClusterView]] | None = None,
         join: Callable[[str], Awaitable[gossip_pb2.JoinClusterReply]] | None = None,
+        leave: Callable[[str], gossip_pb2.JoinClusterReply] | None = None,
     ) -> None:
         self.store = store
         self.committer = committer
@@ -91,6 +92,7 @@ class GossipServicer(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         self.metrics = metrics
         self.views = views
         self.join = join
+        self.leave = leave
 
     async def JoinCluster(
         self, request: gossip_pb2.JoinClusterRequest, context: Context
@@ -98,6 +100,13 @@ class GossipServicer(gossip_pb2_grpc.GossipServicer):  # type: ignore[misc]
         if self.join is None:
             return gossip_pb2.JoinClusterReply(ok=False, reason="no cluster on this service")
         return await self.join(request.seed)
+
+    async def LeaveCluster(
+        self, request: gossip_pb2.LeaveClusterRequest, context: Context
+    ) -> gossip_pb2.JoinClusterReply:
+        if self.leave is None:
+            return gossip_pb2.JoinClusterReply(ok=False, reason="no cluster on this service")
+        return self.leave(request.node)
 
     async def WatchView(
         self, request: gossip_pb2.WatchViewRequest, context: Context

@@ -179,6 +179,7 @@ class HttpApi:
             "/metrics": self.metrics,
             "/api/v1/cluster/show": self.cluster_show,
             "/api/v1/cluster/join": self.cluster_join,
+            "/api/v1/cluster/leave": self.cluster_leave,
             "/api/v1/session/show": self.session_show,
             "/api/v1/retain/show": self.retain_show,
             "/api/v1/listener/show": self.listener_show,
@@ -293,6 +294,16 @@ class HttpApi:
         if not reply.ok:
             return HTTPStatus.CONFLICT, {"error": reply.reason or "not joined"}
         return HTTPStatus.OK, {"joined": True, "members": list(reply.members)}
+
+    def cluster_leave(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        node = q.get("node", [""])[0]
+        if not node:
+            return HTTPStatus.BAD_REQUEST, {"error": "node=NODENAME is required"}
+        stub = gossip_pb2_grpc.GossipStub(self.client.channels["gossip"])
+        reply = stub.LeaveCluster(gossip_pb2.LeaveClusterRequest(node=node), timeout=10)
+        if not reply.ok:
+            return HTTPStatus.CONFLICT, {"error": reply.reason}
+        return HTTPStatus.OK, {"left": node, "members": list(reply.members)}
 
     def session_show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
         return HTTPStatus.OK, self.client.sessions(q.get("client_id", [""])[0])

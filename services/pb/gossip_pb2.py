@@ -24,43 +24,45 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18services/pb/gossip.proto\x12\rternmq.gossip\"\"\n\x12JoinClusterRequest\x12\x0c\n\x04seed\x18\x01 \x01(\t\"?\n\x10JoinClusterReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07members\x18\x03 \x03(\t\"\x12\n\x10WatchViewRequest\"_\n\x0b\x43lusterView\x12\x11\n\tself_node\x18\x01 \x01(\t\x12\x0f\n\x07members\x18\x02 \x03(\t\x12\n\n\x02up\x18\x03 \x03(\t\x12\x10\n\x08majority\x18\x04 \x01(\x08\x12\x0e\n\x06joined\x18\x05 \x01(\x08\"D\n\x06MetaOp\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\"0\n\nPutRequest\x12\"\n\x03ops\x18\x01 \x03(\x0b\x32\x15.ternmq.gossip.MetaOp\"\x1b\n\x08PutReply\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\")\n\nGetRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"(\n\x08GetReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\" \n\x0cWatchRequest\x12\x10\n\x08prefixes\x18\x01 \x03(\t\"I\n\nMetaUpdate\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\"O\n\nWatchEvent\x12*\n\x07updates\x18\x01 \x03(\x0b\x32\x19.ternmq.gossip.MetaUpdate\x12\x15\n\rsnapshot_done\x18\x02 \x01(\x08\"\x7f\n\x08SubEntry\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\x12\x0b\n\x03qos\x18\x02 \x01(\r\x12\x10\n\x08no_local\x18\x03 \x01(\x08\x12\x1b\n\x13retain_as_published\x18\x04 \x01(\x08\x12\x17\n\x0fretain_handling\x18\x05 \x01(\r\x12\x0e\n\x06sub_id\x18\x06 \x01(\r\"[\n\x10SubscriberRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12%\n\x04subs\x18\x02 \x03(\x0b\x32\x17.ternmq.gossip.SubEntry\x12\x12\n\npersistent\x18\x03 \x01(\x08\"\x94\x01\n\rSessionRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06online\x18\x03 \x01(\x08\x12\x16\n\x0esession_expiry\x18\x04 \x01(\r\x12\x17\n\x0f\x64isconnected_us\x18\x05 \x01(\x03\x12\x13\n\x0blistener_id\x18\x06 \x01(\t\x12\x10\n\x08replicas\x18\x07 \x03(\t2\xe0\x02\n\x06Gossip\x12\x39\n\x03Put\x12\x19.ternmq.gossip.PutRequest\x1a\x17.ternmq.gossip.PutReply\x12\x39\n\x03Get\x12\x19.ternmq.gossip.GetRequest\x1a\x17.ternmq.gossip.GetReply\x12\x41\n\x05Watch\x12\x1b.ternmq.gossip.WatchRequest\x1a\x19.ternmq.gossip.WatchEvent0\x01\x12J\n\tWatchView\x12\x1f.ternmq.gossip.WatchViewRequest\x1a\x1a.ternmq.gossip.ClusterView0\x01\x12Q\n\x0bJoinCluster\x12!.ternmq.gossip.JoinClusterRequest\x1a\x1f.ternmq.gossip.JoinClusterReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18services/pb/gossip.proto\x12\rternmq.gossip\"#\n\x13LeaveClusterRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\"\"\n\x12JoinClusterRequest\x12\x0c\n\x04seed\x18\x01 \x01(\t\"?\n\x10JoinClusterReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07members\x18\x03 \x03(\t\"\x12\n\x10WatchViewRequest\"_\n\x0b\x43lusterView\x12\x11\n\tself_node\x18\x01 \x01(\t\x12\x0f\n\x07members\x18\x02 \x03(\t\x12\n\n\x02up\x18\x03 \x03(\t\x12\x10\n\x08majority\x18\x04 \x01(\x08\x12\x0e\n\x06joined\x18\x05 \x01(\x08\"D\n\x06MetaOp\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\"0\n\nPutRequest\x12\"\n\x03ops\x18\x01 \x03(\x0b\x32\x15.ternmq.gossip.MetaOp\"\x1b\n\x08PutReply\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\")\n\nGetRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"(\n\x08GetReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\" \n\x0cWatchRequest\x12\x10\n\x08prefixes\x18\x01 \x03(\t\"I\n\nMetaUpdate\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\"O\n\nWatchEvent\x12*\n\x07updates\x18\x01 \x03(\x0b\x32\x19.ternmq.gossip.MetaUpdate\x12\x15\n\rsnapshot_done\x18\x02 \x01(\x08\"\x7f\n\x08SubEntry\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\x12\x0b\n\x03qos\x18\x02 \x01(\r\x12\x10\n\x08no_local\x18\x03 \x01(\x08\x12\x1b\n\x13retain_as_published\x18\x04 \x01(\x08\x12\x17\n\x0fretain_handling\x18\x05 \x01(\r\x12\x0e\n\x06sub_id\x18\x06 \x01(\r\"[\n\x10SubscriberRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12%\n\x04subs\x18\x02 \x03(\x0b\x32\x17.ternmq.gossip.SubEntry\x12\x12\n\npersistent\x18\x03 \x01(\x08\"\x94\x01\n\rSessionRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06online\x18\x03 \x01(\x08\x12\x16\n\x0esession_expiry\x18\x04 \x01(\r\x12\x17\n\x0f\x64isconnected_us\x18\x05 \x01(\x03\x12\x13\n\x0blistener_id\x18\x06 \x01(\t\x12\x10\n\x08replicas\x18\x07 \x03(\t2\xb5\x03\n\x06Gossip\x12\x39\n\x03Put\x12\x19.ternmq.gossip.PutRequest\x1a\x17.ternmq.gossip.PutReply\x12\x39\n\x03Get\x12\x19.ternmq.gossip.GetRequest\x1a\x17.ternmq.gossip.GetReply\x12\x41\n\x05Watch\x12\x1b.ternmq.gossip.WatchRequest\x1a\x19.ternmq.gossip.WatchEvent0\x01\x12J\n\tWatchView\x12\x1f.ternmq.gossip.WatchViewRequest\x1a\x1a.ternmq.gossip.ClusterView0\x01\x12Q\n\x0bJoinCluster\x12!.ternmq.gossip.JoinClusterRequest\x1a\x1f.ternmq.gossip.JoinClusterReply\x12S\n\x0cLeaveCluster\x12\".ternmq.gossip.LeaveClusterRequest\x1a\x1f.ternmq.gossip.JoinClusterReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'services.pb.gossip_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOINCLUSTERREQUEST']._serialized_start=43
-  _globals['_JOINCLUSTERREQUEST']._serialized_end=77
-  _globals['_JOINCLUSTERREPLY']._serialized_start=79
-  _globals['_JOINCLUSTERREPLY']._serialized_end=142
-  _globals['_WATCHVIEWREQUEST']._serialized_start=144
-  _globals['_WATCHVIEWREQUEST']._serialized_end=162
-  _globals['_CLUSTERVIEW']._serialized_start=164
-  _globals['_CLUSTERVIEW']._serialized_end=259
-  _globals['_METAOP']._serialized_start=261
-  _globals['_METAOP']._serialized_end=329
-  _globals['_PUTREQUEST']._serialized_start=331
-  _globals['_PUTREQUEST']._serialized_end=379
-  _globals['_PUTREPLY']._serialized_start=381
-  _globals['_PUTREPLY']._serialized_end=408
-  _globals['_GETREQUEST']._serialized_start=410
-  _globals['_GETREQUEST']._serialized_end=451
-  _globals['_GETREPLY']._serialized_start=453
-  _globals['_GETREPLY']._serialized_end=493
-  _globals['_WATCHREQUEST']._serialized_start=495
-  _globals['_WATCHREQUEST']._serialized_end=527
-  _globals['_METAUPDATE']._serialized_start=529
-  _globals['_METAUPDATE']._serialized_end=602
-  _globals['_WATCHEVENT']._serialized_start=604
-  _globals['_WATCHEVENT']._serialized_end=683
-  _globals['_SUBENTRY']._serialized_start=685
-  _globals['_SUBENTRY']._serialized_end=812
-  _globals['_SUBSCRIBERRECORD']._serialized_start=814
-  _globals['_SUBSCRIBERRECORD']._serialized_end=905
-  _globals['_SESSIONRECORD']._serialized_start=908
-  _globals['_SESSIONRECORD']._serialized_end=1056
-  _globals['_GOSSIP']._serialized_start=1059
-  _globals['_GOSSIP']._serialized_end=1411
+  _globals['_LEAVECLUSTERREQUEST']._serialized_start=43
+  _globals['_LEAVECLUSTERREQUEST']._serialized_end=78
+  _globals['_JOINCLUSTERREQUEST']._serialized_start=80
+  _globals['_JOINCLUSTERREQUEST']._serialized_end=114
+  _globals['_JOINCLUSTERREPLY']._serialized_start=116
+  _globals['_JOINCLUSTERREPLY']._serialized_end=179
+  _globals['_WATCHVIEWREQUEST']._serialized_start=181
+  _globals['_WATCHVIEWREQUEST']._serialized_end=199
+  _globals['_CLUSTERVIEW']._serialized_start=201
+  _globals['_CLUSTERVIEW']._serialized_end=296
+  _globals['_METAOP']._serialized_start=298
+  _globals['_METAOP']._serialized_end=366
+  _globals['_PUTREQUEST']._serialized_start=368
+  _globals['_PUTREQUEST']._serialized_end=416
+  _globals['_PUTREPLY']._serialized_start=418
+  _globals['_PUTREPLY']._serialized_end=445
+  _globals['_GETREQUEST']._serialized_start=447
+  _globals['_GETREQUEST']._serialized_end=488
+  _globals['_GETREPLY']._serialized_start=490
+  _globals['_GETREPLY']._serialized_end=530
+  _globals['_WATCHREQUEST']._serialized_start=532
+  _globals['_WATCHREQUEST']._serialized_end=564
+  _globals['_METAUPDATE']._serialized_start=566
+  _globals['_METAUPDATE']._serialized_end=639
+  _globals['_WATCHEVENT']._serialized_start=641
+  _globals['_WATCHEVENT']._serialized_end=720
+  _globals['_SUBENTRY']._serialized_start=722
+  _globals['_SUBENTRY']._serialized_end=849
+  _globals['_SUBSCRIBERRECORD']._serialized_start=851
+  _globals['_SUBSCRIBERRECORD']._serialized_end=942
+  _globals['_SESSIONRECORD']._serialized_start=945
+  _globals['_SESSIONRECORD']._serialized_end=1093
+  _globals['_GOSSIP']._serialized_start=1096
+  _globals['_GOSSIP']._serialized_end=1533
 # @@protoc_insertion_point(module_scope)

@@ -59,6 +59,11 @@ class GossipStub:
                 request_serializer=services_dot_pb_dot_gossip__pb2.JoinClusterRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_gossip__pb2.JoinClusterReply.FromString,
                 _registered_method=True)
+        self.LeaveCluster = channel.unary_unary(
+                '/ternmq.gossip.Gossip/LeaveCluster',
+                request_serializer=services_dot_pb_dot_gossip__pb2.LeaveClusterRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_gossip__pb2.JoinClusterReply.FromString,
+                _registered_method=True)
 
 
 class GossipServicer:
@@ -100,6 +105,14 @@ class GossipServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeaveCluster(self, request, context):
+        """Remove a member that is down (ternmq-admin cluster leave node=...): it stops counting
+        in every majority. A member that is up is refused: its queues would have to move.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GossipServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +139,11 @@ def add_GossipServicer_to_server(servicer, server):
             'JoinCluster': grpc.unary_unary_rpc_method_handler(
                     servicer.JoinCluster,
                     request_deserializer=services_dot_pb_dot_gossip__pb2.JoinClusterRequest.FromString,
+                    response_serializer=services_dot_pb_dot_gossip__pb2.JoinClusterReply.SerializeToString,
+            ),
+            'LeaveCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveCluster,
+                    request_deserializer=services_dot_pb_dot_gossip__pb2.LeaveClusterRequest.FromString,
                     response_serializer=services_dot_pb_dot_gossip__pb2.JoinClusterReply.SerializeToString,
             ),
     }
@@ -263,6 +281,33 @@ class Gossip:
             target,
             '/ternmq.gossip.Gossip/JoinCluster',
             services_dot_pb_dot_gossip__pb2.JoinClusterRequest.SerializeToString,
+            services_dot_pb_dot_gossip__pb2.JoinClusterReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.gossip.Gossip/LeaveCluster',
+            services_dot_pb_dot_gossip__pb2.LeaveClusterRequest.SerializeToString,
             services_dot_pb_dot_gossip__pb2.JoinClusterReply.FromString,
             options,
             channel_credentials,

@@ -185,7 +185,7 @@ def test_a_paused_node_is_found_by_heartbeats_and_the_minority_says_503(cluster:
         v5.disconnect()
 
 
-def test_a_restarted_node_comes_back_with_its_data(cluster: Path) -> None:
+def _restart_n3(cluster: Path) -> None:
     conf = cluster / "dev3" / "ternmq.conf"
     with open(cluster / "dev3" / "console.log", "ab") as out:
         proc = subprocess.Popen(
@@ -195,6 +195,40 @@ def test_a_restarted_node_comes_back_with_its_data(cluster: Path) -> None:
             start_new_session=True,
         )
     (cluster / "dev3" / "node.pid").write_text(f"{proc.pid}\n")
+
+
+def admin(port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "ternmq-admin"), "--node", f"127.0.0.1:{port}", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_restarted_node_comes_back_with_its_data(cluster: Path) -> None:
+    _restart_n3(cluster)
+    for node in (N1, N2, N3):
+        wait_for(lambda node=node: set(states(node).values()) == {"up"}, BOUND * 2)
+    wait_for(lambda: health(N3) == 200, BOUND)
+
+
+def test_a_dead_member_can_be_removed_and_joins_again_only_when_told(cluster: Path) -> None:
+    refused = admin(HTTP[N1], "cluster", "leave", f"node={N2}")
+    assert refused.returncode != 0 and "is up" in refused.stdout + refused.stderr
+    os.killpg(pid_of(cluster, N3), signal.SIGKILL)
+    wait_for(lambda: states(N1).get(N3) == "down", BOUND)
+    done = admin(HTTP[N1], "cluster", "leave", f"node={N3}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_for(lambda: states(N1).get(N3) == "left" and states(N2).get(N3) == "left", BOUND)
+    assert health(N1) == 200 and health(N2) == 200  # 2 of the 2 members
+    # membership is explicit: restarted with its data, it learns it was removed and
+    # serves nobody until it is told to join again
+    _restart_n3(cluster)
+    wait_for(lambda: get(HTTP[N3], "/health")[0] == 503 and states(N3).get(N3) == "left", BOUND)
+    assert states(N1).get(N3) == "left"
+    back = admin(HTTP[N3], "cluster", "join", "discovery-node=127.0.0.1:10054")
+    assert back.returncode == 0, back.stdout + back.stderr
     for node in (N1, N2, N3):
         wait_for(lambda node=node: set(states(node).values()) == {"up"}, BOUND * 2)
     wait_for(lambda: health(N3) == 200, BOUND)

@@ -320,6 +320,8 @@ class ClusterNode:
         self.members, self.book = members, book
         if len(ml.members(members)) > 1 and self.node in ml.members(members):
             self.joined = True
+        elif self.node not in ml.members(members):
+            self.joined = False  # removed while it could not hear: it serves nobody now
         self._save()
         if self.detector is None:
             return True  # start() builds the detector and the links from this state
@@ -421,6 +423,21 @@ class ClusterNode:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
+    def remove(self, node: str) -> gossip_pb2.JoinClusterReply:
+        """``cluster leave node=NODE`` for a member that is down: it leaves the member list
+        (and every majority). Refused for a member that is up, this one included: its
+        sessions' queues would have to move first, which needs the session directory."""
+        members = ml.members(self.members)
+        if node not in members:
+            return gossip_pb2.JoinClusterReply(ok=False, reason=f"{node} is not a member")
+        if node in self.view.up:
+            return gossip_pb2.JoinClusterReply(
+                ok=False,
+                reason=f"{node} is up: stop it first (a live member's queues cannot move yet)",
+            )
+        self._adopt(ml.finish_leave(self.members, node), self.book)
+        return gossip_pb2.JoinClusterReply(ok=True, members=sorted(ml.members(self.members)))
+
     def discovered(self, found: dict[str, str]) -> None:
         """What discovery found registered (node -> inter-node address), this node
         included. Not joined: join those (none: this node starts the cluster). Joined:
@@ -488,7 +505,9 @@ class ClusterNode:
     async def _sync_loop(self) -> None:
         while True:
             await asyncio.sleep(SYNC_INTERVAL * self.rng.uniform(0.75, 1.25))
-            peers = sorted(self.view.up - {self.node})
+            # every member, not only those seen up: a node that was removed while it was
+            # away hears it this way (nobody probes a non-member, so to it all look down)
+            peers = sorted(ml.members(self.members) - {self.node})
             if not peers:
                 continue
             entry = self.book.get(self.rng.choice(peers))
