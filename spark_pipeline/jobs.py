@@ -62,12 +62,20 @@ def table_builders(
 
 
 def write_table(df: DataFrame, path: Path, partition_by: Sequence[str]) -> None:
-    """Overwrite ``path`` with ``df``: one file per partition value, or one file."""
+    """Overwrite ``path`` with ``df``: one file per partition value, or one file.
+
+    A partitioned table with no rows is written unpartitioned, as one empty file that
+    carries the schema: partitioned, Spark writes no data file at all, and the table could
+    not be read back (``etl query``, the audit summary). A real cluster's run with no
+    QoS >= 1 traffic has such tables.
+    """
     if partition_by:
         out = df.repartition(*partition_by).write.mode("overwrite").partitionBy(*partition_by)
-    else:
-        out = df.coalesce(1).write.mode("overwrite")
-    out.parquet(str(path))
+        out.parquet(str(path))
+        if not any(path.rglob("*.parquet")):
+            df.limit(0).coalesce(1).write.mode("overwrite").parquet(str(path))
+        return
+    df.coalesce(1).write.mode("overwrite").parquet(str(path))
 
 
 def _resolve_expect(

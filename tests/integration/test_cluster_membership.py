@@ -289,3 +289,28 @@ def test_stop_stops_every_node(cluster: Path) -> None:
         assert node in done.stdout
     for pid in pids:
         wait_for(lambda pid=pid: not alive(pid), BOUND)
+
+
+def test_the_etl_fills_its_netsplits_table_from_this_run(cluster: Path, tmp_path: Path) -> None:
+    """The logs this module's cluster wrote (n1 lost its majority while n2 was paused)
+    give the ETL's netsplits table a healed split that n1 saw, with n2 in it."""
+    out = tmp_path / "tables"
+    run = subprocess.run(
+        [str(BIN / "ternmq"), "etl", "run", "--logs", str(cluster), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    sql = "SELECT observers, nodes, duration_s FROM netsplits WHERE healed"
+    query = subprocess.run(
+        [str(BIN / "ternmq"), "etl", "query", "--out", str(out), "--json", sql],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert query.returncode == 0, query.stdout + query.stderr
+    rows = [json.loads(line) for line in query.stdout.splitlines() if line.startswith("{")]
+    assert any(N1 in r["observers"] and N2 in r["nodes"] and r["duration_s"] > 0 for r in rows), (
+        rows
+    )
