@@ -34,7 +34,7 @@ import grpc
 from services.common import log
 from services.gossip import codec
 from services.gossip.cluster.node import ClusterNode, report_crash
-from services.gossip.committer import CommitError, Committer
+from services.gossip.committer import CommitError, Committer, ShuttingDown
 from services.gossip.engines.base import WriteBatch
 from services.gossip.replication.digest import Digest, differing
 from services.gossip.store import MetaStore, Record, Txn
@@ -146,6 +146,8 @@ class Replicator:
         self._pending += 1
         try:
             await self.committer.submit(lambda txn: txn.merge_remote(records))
+        except ShuttingDown:
+            return 0  # stopping: anti-entropy brings these back after the restart
         except CommitError as exc:
             log.emit("store.error", "error", op="merge", reason=str(exc))
             return 0
