@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import struct
 import sys
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.cluster_detect import states, time_until
+from bench.cluster_detect import run_rounds, states, time_until
 from services.common.config import load
 from services.common.grpcutil import service_address
 from services.node import dev_cluster as dc
@@ -127,19 +126,7 @@ def main() -> None:
     ap.add_argument("--subs", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ns = ap.parse_args()
-    rounds = []
-    for i in range(ns.rounds):
-        r = one_round(ns.base_dir / f"round{i}", ns.subs)
-        rounds.append(r)
-        print(json.dumps({"round": i, **{k: round(v, 3) for k, v in r.items()}}), flush=True)
-    summary = {
-        k: {
-            "median": round(statistics.median(r[k] for r in rounds), 3),
-            "max": round(max(r[k] for r in rounds), 3),
-        }
-        for k in rounds[0]
-    }
-    print(json.dumps({"summary": summary, "subs": ns.subs, "rounds": len(rounds)}))
+    run_rounds(ns.rounds, lambda i: one_round(ns.base_dir / f"round{i}", ns.subs), subs=ns.subs)
     sys.exit(0)
 
 

@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from services.node import dev_cluster as dc
@@ -78,24 +79,30 @@ def one_round(base: Path) -> dict[str, float]:
         dc.stop(base)
 
 
+def run_rounds(rounds: int, one_round: Callable[[int], dict[str, float]], **extra: object) -> None:
+    """Run ``rounds`` rounds, print each as a JSON line, then the median and max of each
+    figure (and ``extra``) as the last line."""
+    results = []
+    for i in range(rounds):
+        r = one_round(i)
+        results.append(r)
+        print(json.dumps({"round": i, **{k: round(v, 3) for k, v in r.items()}}), flush=True)
+    summary = {
+        k: {
+            "median": round(statistics.median(r[k] for r in results), 3),
+            "max": round(max(r[k] for r in results), 3),
+        }
+        for k in results[0]
+    }
+    print(json.dumps({"summary": summary, **extra, "rounds": len(results)}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base-dir", required=True, type=Path)
     ap.add_argument("--rounds", type=int, default=5)
     ns = ap.parse_args()
-    rounds = []
-    for i in range(ns.rounds):
-        r = one_round(ns.base_dir / f"round{i}")
-        rounds.append(r)
-        print(json.dumps({"round": i, **{k: round(v, 3) for k, v in r.items()}}), flush=True)
-    summary = {
-        k: {
-            "median": round(statistics.median(r[k] for r in rounds), 3),
-            "max": round(max(r[k] for r in rounds), 3),
-        }
-        for k in rounds[0]
-    }
-    print(json.dumps({"summary": summary, "rounds": len(rounds)}))
+    run_rounds(ns.rounds, lambda i: one_round(ns.base_dir / f"round{i}"))
     sys.exit(0)
 
 

@@ -116,14 +116,20 @@ def cluster_show(ctx: click.Context) -> None:
     )
 
 
+def _named(arg: str, key: str, what: str) -> str:
+    """The value of a VerneMQ-style ``key=value`` argument (usage error otherwise)."""
+    name, sep, value = arg.partition("=")
+    if name != key or not sep or not value:
+        raise click.UsageError(f"expected {key}={what}")
+    return value
+
+
 @cluster.command("join")
 @click.argument("discovery_node", metavar="discovery-node=HOST:PORT")
 @click.pass_context
 def cluster_join(ctx: click.Context, discovery_node: str) -> None:
     """Join the cluster of the member whose inter-node address is HOST:PORT."""
-    key, sep, seed = discovery_node.partition("=")
-    if key != "discovery-node" or not sep or not seed:
-        raise click.UsageError("expected discovery-node=HOST:PORT")
+    seed = _named(discovery_node, "discovery-node", "HOST:PORT")
     result = ctx.obj["node"].get("/api/v1/cluster/join", **{"discovery-node": seed})
     _emit(
         ctx,
@@ -136,9 +142,7 @@ def cluster_join(ctx: click.Context, discovery_node: str) -> None:
 @click.pass_context
 def cluster_leave(ctx: click.Context, node: str) -> None:
     """Remove a member that is down from the cluster (it stops counting in majorities)."""
-    key, sep, name = node.partition("=")
-    if key != "node" or not sep or not name:
-        raise click.UsageError("expected node=NODENAME")
+    name = _named(node, "node", "NODENAME")
     result = ctx.obj["node"].get("/api/v1/cluster/leave", node=name)
     _emit(
         ctx,
