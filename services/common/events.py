@@ -111,6 +111,30 @@ _SPECS: Final = [
         waited_s="float",
     ),
     _e(
+        "session.handover",
+        "This node handed a client id's session to the node its client reconnected to "
+        "(the connection here was closed; a resumed session's queue goes with it).",
+        client_id="str",
+        mountpoint="str",
+        old_node="str",
+        new_node="str",
+        epoch="int",
+    ),
+    _e(
+        "session.handover_incomplete",
+        "A session moved here, but what reached the old node's queue after the handover "
+        "began could not be fetched; it stays on that node.",
+        client_id="str",
+        reason="str",
+    ),
+    _e(
+        "session.release_failed",
+        "The session directory entry of an ended session was not tombstoned (no majority); "
+        "the next claim of the client id supersedes it.",
+        client_id="str",
+        epoch="int",
+    ),
+    _e(
         "session.expired",
         "A persistent session expired and was deleted.",
         client_id="str",

@@ -159,6 +159,9 @@ class Broker:
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
         self.lifecycle.takeover(key, old_epoch)
 
+    def moved(self, key: common_pb2.SessionKey, node: str) -> None:
+        self.lifecycle.moved(key, node)
+
     # -- netsplits ------------------------------------------------------------------
     def set_view(self, view: ClusterView) -> None:
         """The cluster view changed: what this node refuses follows it."""

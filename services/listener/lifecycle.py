@@ -17,6 +17,7 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,10 +37,13 @@ from services.listener.wills import Wills
 from services.pb import common_pb2, registry_pb2, registry_pb2_grpc
 
 READ_PAGE = 1000  # queue entries per Read on resume
+EARLY_MAX = 10_000  # takeovers remembered ahead of their registration's answer
+EARLY_TTL = 60.0  # s; an answer later than this never comes (the registry gave up)
 
 
 class Lifecycle:
     __slots__ = (
+        "early",
         "listener_id",
         "max_offline",
         "meta",
@@ -72,6 +76,9 @@ class Lifecycle:
         self.wills = wills
         self.meta = meta
         self.spawn = spawn
+        # Takeovers that arrived before the registration they end (the command and the
+        # answer travel on different streams): (key, epoch) -> when it arrived.
+        self.early: dict[tuple[SessionKey, int], float] = {}
 
     # -- registration ----------------------------------------------------------------
     def register(self, conn: ClientPort, req: Register) -> None:
@@ -118,6 +125,12 @@ class Lifecycle:
         if conn.closed:  # the client went away while we waited: report it gone at once
             self._report_ended(key, reply.epoch, expiry, "closed", False)
             return
+        if self.early and self.early.pop((key, reply.epoch), None) is not None:
+            # Taken over (by a CONNECT on another node) before this answer arrived: the
+            # registry already counts it ended; the client learns it was taken over.
+            conn.registered(True, reply.epoch, reply.session_present, reply.persistent, 0)
+            conn.takeover()
+            return
         targets = self.router.targets
         old = targets.get(key)
         if old is not None and old is not conn:
@@ -125,12 +138,35 @@ class Lifecycle:
         self.wills.cancel(key)
         if not reply.session_present:
             self.router.forget(key)
+        else:
+            self._reown(key)
         targets[key] = conn
         resuming = reply.persistent and reply.session_present
         conn.resuming = resuming
         conn.registered(True, reply.epoch, reply.session_present, reply.persistent, 0)
         if resuming:
             self.spawn(self._resume(conn, key, reply.epoch), "resume")
+
+    def _reown(self, key: SessionKey) -> None:
+        """A session resumed here that lived on another node (its subscriptions name
+        that node): they are this node's now, here and in gossip."""
+        opts = self.router.trie.options_of(key)
+        if opts is None or not opts.node or opts.node == self.node:
+            return
+        subs = self.router.move(key, self.node)
+        self.spawn(self.meta.put_subscriptions(key, subs), "reown")
+
+    def moved(self, key: common_pb2.SessionKey, node: str) -> None:
+        """The registry handed this session to ``node``: copies for it go there now,
+        ahead of gossip (not while a connection here still holds it). Handed to this
+        node, the subscriptions are rewritten in gossip as this node's at once, so other
+        nodes route here before the client is even answered."""
+        sk = (key.mountpoint, key.client_id)
+        if sk in self.router.targets:
+            return
+        subs = self.router.move(sk, node)
+        if subs and node == self.node:  # handed to this node: the subscriptions are ours
+            self.spawn(self.meta.put_subscriptions(sk, subs), "reown")
 
     async def _resume(self, conn: ClientPort, key: SessionKey, epoch: int) -> None:
         # Appends routed while the session was offline may still be on their way to the
@@ -235,7 +271,18 @@ class Lifecycle:
         if conn is not None and conn.epoch == old_epoch and not conn.closed:
             conn.takeover()
         else:
+            if conn is None or conn.epoch < old_epoch:
+                self._remember_early(sk, old_epoch)
             self._report_ended(sk, old_epoch, 0, "taken_over", True)
+
+    def _remember_early(self, key: SessionKey, epoch: int) -> None:
+        now = time.monotonic()
+        if len(self.early) >= EARLY_MAX:
+            for k, at in list(self.early.items()):
+                if now - at > EARLY_TTL:
+                    del self.early[k]
+        if len(self.early) < EARLY_MAX:
+            self.early[(key, epoch)] = now
 
 
 def _registry_failed(method: str, exc: RegistryUnavailable) -> None:

@@ -127,6 +127,8 @@ async def _watch_registry(
                 if command.HasField("takeover"):
                     t = command.takeover
                     broker.takeover(t.key, t.old_epoch)
+                elif command.HasField("moved"):
+                    broker.moved(command.moved.key, command.moved.node)
         except grpc.aio.AioRpcError as exc:
             broken = True
             rpc_failed("registry", "Watch", exc, "warning")

@@ -124,12 +124,22 @@ class Takeover(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., old_epoch: _Optional[int] = ..., new_epoch: _Optional[int] = ..., new_node: _Optional[str] = ...) -> None: ...
 
 class RegistryCommand(_message.Message):
-    __slots__ = ("takeover", "expire")
+    __slots__ = ("takeover", "expire", "moved")
     TAKEOVER_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
     takeover: Takeover
     expire: _common_pb2.SessionKey
-    def __init__(self, takeover: _Optional[_Union[Takeover, _Mapping]] = ..., expire: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ...) -> None: ...
+    moved: Moved
+    def __init__(self, takeover: _Optional[_Union[Takeover, _Mapping]] = ..., expire: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., moved: _Optional[_Union[Moved, _Mapping]] = ...) -> None: ...
+
+class Moved(_message.Message):
+    __slots__ = ("key", "node")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    node: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ...) -> None: ...
 
 class SessionsRequest(_message.Message):
     __slots__ = ("client_id", "limit")

@@ -21,6 +21,7 @@ from services.registry.records import SUBS_PREFIX, pb_key
 from services.registry.sessions import DeleteQueue, OpenQueue
 
 T = TypeVar("T")
+READ_PAGE = 1000  # queue entries per Read
 
 # gRPC's default reconnect backoff grows to 2 minutes: a msgstore restarted after a long
 # outage would keep refusing CONNECTs that long. Capped, it is found within a second.
@@ -110,6 +111,62 @@ class Backends:
         if state.error:
             raise self._refuse("Delete", state)
         return state
+
+    async def read_queue(
+        self, key: SessionKey, epoch: int, after: int
+    ) -> tuple[list[msgstore_pb2.QueueEntry], msgstore_pb2.QueueState]:
+        """Every live entry above ``after``, in seq order, and the queue's state."""
+        entries: list[msgstore_pb2.QueueEntry] = []
+        while True:
+            request = msgstore_pb2.ReadRequest(
+                key=pb_key(key), epoch=epoch, after_seq=after, max_entries=READ_PAGE
+            )
+            reply: msgstore_pb2.ReadReply = await self._call(
+                "msgstore", "Read", self.msgstore.Read, request
+            )
+            if reply.state.error:
+                raise self._refuse("Read", reply.state)
+            entries.extend(reply.entries)
+            if len(reply.entries) < READ_PAGE:
+                return entries, reply.state
+            after = reply.entries[-1].seq
+
+    async def append_entries(
+        self,
+        key: SessionKey,
+        epoch: int,
+        entries: list[msgstore_pb2.QueueEntry],
+        inbound_qos2: list[int] = [],  # noqa: B006 (read only)
+    ) -> None:
+        """Append ``entries`` to ``key``'s queue in order, fenced by ``epoch``, as one
+        durable batch (a queue handed over from another node)."""
+        batch = msgstore_pb2.StoreBatch(batch_id=1)
+        for entry in entries:
+            batch.appends.add(key=pb_key(key), epoch=epoch, delivery=entry.delivery)
+        for packet_id in inbound_qos2:
+            batch.marks.add(
+                key=pb_key(key),
+                epoch=epoch,
+                kind=msgstore_pb2.MARK_INBOUND_QOS2,
+                id=packet_id,
+                set=True,
+            )
+        call = self.msgstore.Stream(timeout=self.timeout, wait_for_ready=True)
+        try:
+            await call.write(batch)
+            await call.done_writing()
+            result: msgstore_pb2.StoreBatchResult = await call.read()
+        except grpc.aio.AioRpcError as exc:
+            err = BackendError("msgstore", "Stream", exc.code().name, exc.details() or "")
+            raise _logged(err) from None
+        finally:
+            call.cancel()
+        if result is grpc.aio.EOF:  # type: ignore[attr-defined]
+            raise _logged(BackendError("msgstore", "Stream", "STREAM_ENDED", "no result"))
+        bad = [s for s in result.statuses if s != msgstore_pb2.APPEND_OK]
+        if result.error or bad:
+            reason = result.error or f"{len(bad)} appends refused ({bad[0]})"
+            raise _logged(BackendError("msgstore", "Stream", "REFUSED", reason))
 
     async def queue_pages(self) -> AsyncIterator[list[msgstore_pb2.QueueState]]:
         """Every existing msgstore queue, a page (one call, one deadline) at a time."""

@@ -47,6 +47,25 @@ SETTINGS: list[Setting] = [
         maximum=3600,
     ),
     Setting(
+        "registry.quorum_timeout",
+        "duration",
+        "1s",
+        "How long one round of the session directory (a CONNECT's claim of its client id "
+        "over a majority of the members) may wait for answers before it is tried again; "
+        "the claim gives up after registry.rpc_timeout and the CONNECT gets 0x88.",
+        minimum=0.01,
+        maximum=60,
+    ),
+    Setting(
+        "cluster.registry_listen",
+        "address",
+        "127.0.0.1:0",
+        "Where this node's registry takes the other nodes' session-directory rounds and "
+        "session handovers (host:port; every call must prove distributed_cookie). Port 0 "
+        "takes a free port, which the cluster learns through gossip; on real hosts set a "
+        "fixed one.",
+    ),
+    Setting(
         "registry.map_size",
         "size",
         "1GB",
@@ -90,6 +109,9 @@ class RegistrySettings:
     rpc_timeout: float = setting("registry.rpc_timeout")
     expiry_check_interval: float = setting("registry.expiry_check_interval")
     map_size: int = setting("registry.map_size")
+    quorum_timeout: float = setting("registry.quorum_timeout")
+    registry_listen: str = setting("cluster.registry_listen")
+    cookie: str = setting("distributed_cookie")
     # seconds, NEVER = keep forever
     persistent_client_expiration: int = setting("persistent_client_expiration", convert=_seconds)
     # seconds, NEVER = no cap
@@ -112,3 +134,8 @@ class RegistrySettings:
     @property
     def store_path(self) -> Path:
         return self.data_dir / "registry"
+
+    @property
+    def quorum_path(self) -> Path:
+        """The acceptor's votes: apart from the session table, always synced."""
+        return self.data_dir / "quorum"

@@ -46,9 +46,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Protocol
 
 from services.common import log
 from services.common.cluster_view import ClusterView
@@ -79,10 +81,29 @@ from services.registry.sessions import (
 from services.registry.takeover import Takeovers
 from services.registry.watchers import WatchHub
 
+
+class ClaimRefused(Exception):
+    """The cluster's directory did not give this node the client id; the message says why
+    (the CONNECT gets 0x88)."""
+
+
+class ClusterClaims(Protocol):
+    """The registry's cluster side (``services.registry.cluster.claims.Claims``)."""
+
+    def active(self) -> bool: ...
+
+    async def claim(self, c: Connect) -> int: ...
+
+    async def owns(self, session: Session) -> bool: ...
+
+    def release(self, key: SessionKey, epoch: int) -> None: ...
+
+
 EPOCH_BLOCK = 1024  # epochs reserved on disk per write
 EXPIRE_BATCH = 1000  # sessions expired per tick at most
 CONCURRENT_ENDS = 64  # sessions ended at once (their writes share batches and commits)
 RETRY_US = 5 * US  # a failed cleanup is tried again after this
+FENCES_MAX = 100_000  # ids remembered as taken over elsewhere (oldest forgotten first)
 
 RC_UNSPECIFIED = 0x80
 RC_CLIENT_ID_INVALID = 0x85
@@ -125,9 +146,13 @@ class Registrar:
         self.cluster: Callable[[], ClusterView] = lambda: alone  # server.py: the followed view
         self.reserved = 0  # every epoch at or below this is reserved on disk
         self.locks = KeyedLocks()
+        self.claim_locks = KeyedLocks()  # a cluster claim of an id, one at a time
+        # id -> the highest epoch another node took it over at (see ``fence``)
+        self._fences: OrderedDict[SessionKey, int] = OrderedDict()
         self.directory = DirectoryWriter(backends.put_meta)
         self.queues = QueueCalls(backends, self._refused_behind)
         self.takeovers = Takeovers(hub, settings.takeover_timeout, metrics)
+        self.claims: ClusterClaims | None = None  # server.py, when the node may join a cluster
         self._registrations = metrics.counter(
             "registry_registrations_total", "Register calls by result.", ["result"]
         )
@@ -135,8 +160,33 @@ class Registrar:
             "registry_stale_disconnects_total", "Disconnected reports for a replaced epoch."
         )
         self._expired = metrics.counter("registry_sessions_expired_total", "Sessions expired.")
+        self._claims_refused = metrics.counter(
+            "registry_claims_refused_total",
+            "CONNECTs refused because the cluster's session directory could not give this "
+            "node the client id (no majority, or the session's queue is on a node that is down).",
+        )
         metrics.gauge("registry_sessions", "Sessions in the table.", fn=lambda: len(table))
         metrics.gauge("registry_sessions_online", "Sessions online.", fn=lambda: table.online)
+
+    def fence(self, key: SessionKey, epoch: int) -> None:
+        """Another node took ``key`` over at ``epoch``: a registration here that claimed
+        an older epoch and has not installed its session yet must not install it."""
+        if self._fences.get(key, 0) < epoch:
+            self._fences[key] = epoch
+            self._fences.move_to_end(key)
+            while len(self._fences) > FENCES_MAX:
+                self._fences.popitem(last=False)
+
+    def _newest(self, key: SessionKey, epoch: int) -> bool:
+        current = self.table.get(key)
+        if current is not None and current.epoch >= epoch:
+            return False
+        fenced = self._fences.get(key, 0)
+        if fenced >= epoch:
+            return False
+        if fenced:
+            del self._fences[key]
+        return True
 
     def leads(self, key: SessionKey) -> bool:
         """Whether this node may register, take over or expire ``key`` now."""
@@ -164,8 +214,27 @@ class Registrar:
         return result
 
     async def _register(self, c: Connect) -> RegisterResult:
+        claimed = 0
+        if self.claims is not None and self.claims.active():
+            # Not under the id's lock: the old owner's handover (another node's request)
+            # takes that lock here, and two nodes claiming one id would wait for each other.
+            async with self.claim_locks.hold(c.key):
+                try:
+                    claimed = await self.claims.claim(c)
+                except ClaimRefused as exc:
+                    self._claims_refused.inc()
+                    return RegisterResult(False, reason=str(exc), reason_code=RC_SERVER_UNAVAILABLE)
+                except StoreError as exc:
+                    return self._store_failed("register", exc)
         async with self.locks.hold(c.key):
-            plan = self.table.plan_register(c, self.clock())
+            if claimed and not self._newest(c.key, claimed):
+                self._claims_refused.inc()
+                return RegisterResult(
+                    False,
+                    reason="taken over on another node while registering",
+                    reason_code=RC_SERVER_UNAVAILABLE,
+                )
+            plan = self.table.plan_register(c, self.clock(), claimed)
             epoch = plan.session.epoch
             writes: list[Step] = []
             behind: OpenQueue | None = None  # the queue Open made after the answer
@@ -359,12 +428,20 @@ class Registrar:
             if current is None or current.epoch != session.epoch or current.online:
                 return False  # replaced or back online meanwhile
             try:
-                for step in end_steps(current, reason, drop_subs):
+                steps = end_steps(current, reason, drop_subs)
+                shared = any(isinstance(step, PublishSession) for step in steps)
+                if shared and self.claims is not None and not await self.claims.owns(current):
+                    # Another node owns the id now: its subscriptions and directory record
+                    # are that node's; only the copy here goes.
+                    steps = [step for step in steps if isinstance(step, DeleteQueue)]
+                for step in steps:
                     await self._execute(step)
             except BackendError:
                 self.table.retry_at(current, self.clock() + RETRY_US)
                 raise
             self.table.forget(current.key, current.epoch)
+            if self.claims is not None:
+                self.claims.release(current.key, current.epoch)
             try:
                 await self.committer.sync(current.key)
             except StoreError as exc:

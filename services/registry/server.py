@@ -19,6 +19,7 @@ from services.common.service import started
 from services.common.typed_settings import build
 from services.pb import common_pb2_grpc, registry_pb2_grpc
 from services.registry.backends import Backends
+from services.registry.cluster import start as cluster_side
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
@@ -63,6 +64,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     server = create_server()
     expiry: asyncio.Task[None] | None = None
     following: asyncio.Task[None] | None = None
+    side: cluster_side.ClusterSide | None = None
     try:
         await recover(registrar, sessions, reserved)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registrar, hub), server)
@@ -77,6 +79,9 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         follower = ViewFollower(backends.gossip, settings.node)
         registrar.cluster = lambda: follower.view
         following = asyncio.create_task(follower.run(), name="registry-view")
+        side = await cluster_side.start(
+            settings, registrar, backends, lambda: follower.view.members
+        )
         expiry = asyncio.create_task(registrar.run_expiry(stop), name="registry-expiry")
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({expiry, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -87,6 +92,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         serving = False
         hub.close()
         await server.stop(STOP_GRACE)
+        if side is not None:
+            await side.close()
         for task in list(lost):
             task.cancel()
         if following is not None:

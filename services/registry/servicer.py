@@ -96,7 +96,9 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
             from_pb_key(request.key),
             request.epoch,
             request.session_expiry,
-            drop_subs=not request.no_subscriptions,
+            # A connection taken over leaves its subscriptions to the session's new
+            # connection, on this node or another.
+            drop_subs=not request.no_subscriptions and not request.taken_over,
         )
         return registry_pb2.DisconnectedReply(ok=ok)
 

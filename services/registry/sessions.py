@@ -280,16 +280,26 @@ class SessionTable:
         """Never issue an epoch at or below ``floor`` (seen in storage or another service)."""
         self.epoch = max(self.epoch, floor)
 
-    def plan_register(self, c: Connect, now_us: int) -> Plan:
-        """Decide a registration; advances the epoch counter, changes no session yet."""
+    def plan_register(self, c: Connect, now_us: int, epoch: int = 0) -> Plan:
+        """Decide a registration; advances the epoch counter, changes no session yet.
+
+        ``epoch``: the one the cluster's directory gave this registration (0: alone, take
+        the next). It is above every epoch this table had issued when the claim began,
+        and the id's lock kept its session from changing since."""
         prev = self._sessions.get(c.key)
         resumable = prev is not None and prev.persistent and not prev.expired(now_us)
         present = resumable and not c.clean_start
-        self.epoch = max(self.epoch, prev.epoch if prev else 0) + 1
+        if epoch:
+            if prev is not None and epoch <= prev.epoch:
+                raise ValueError(f"epoch {epoch} is not above the session's {prev.epoch}")
+            self.epoch = max(self.epoch, epoch)
+        else:
+            self.epoch = max(self.epoch, prev.epoch if prev else 0) + 1
+            epoch = self.epoch
         expiry = self.policy.expiry(c.proto_ver, c.session_expiry)
         session = Session(
             key=c.key,
-            epoch=self.epoch,
+            epoch=epoch,
             online=True,
             node=c.node,
             listener_id=c.listener_id,
@@ -301,6 +311,19 @@ class SessionTable:
             queued=expiry > 0 or present,
         )
         return Plan(session, prev, present, self.policy.max_online_len)
+
+    def demote(self, key: SessionKey) -> None:
+        """The session here is stale (another node owned the id since): it is never resumed;
+        a registration still closes its connection and deletes its queue."""
+        s = self._sessions.get(key)
+        if s is not None:
+            self._put(replace(s, session_expiry=0))
+
+    def adopt(self, session: Session) -> None:
+        """Install a session handed over by another node (offline, just before the
+        registration that resumes it)."""
+        self.raise_epoch(session.epoch)
+        self._put(session)
 
     def commit(self, plan: Plan) -> bool:
         """Install a registration whose steps succeeded, unless a newer epoch got in first."""

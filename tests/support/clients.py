@@ -38,6 +38,7 @@ class Client:
     username: str | None = None
     password: str | None = None
     will: tuple[str, bytes, int, bool] | None = None
+    reconnect: bool = True  # paho reconnects by itself after a lost connection
     messages: queue.Queue[Received] = field(default_factory=queue.Queue)
     acked: list[int] = field(default_factory=list)
     connack: threading.Event = field(default_factory=threading.Event)
@@ -52,7 +53,11 @@ class Client:
         if self.version < 5:
             kwargs["clean_session"] = self.clean
         self.paho = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=protocol, **kwargs
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=protocol,
+            reconnect_on_failure=self.reconnect,
+            **kwargs,
         )
         self.paho.on_connect = self._on_connect
         self.paho.on_message = self._on_message

@@ -206,6 +206,27 @@ class Router(Generic[T]):
         for topic_filter, opts in (subs or {}).items():
             self.trie.add(key, topic_filter, opts)
 
+    def move(self, key: SessionKey, node: str) -> dict[str, SubOptions]:
+        """Point ``key``'s subscriptions at ``node``, where its session now lives (a
+        handover between nodes), ahead of the replica; returns them as now held."""
+        moved = {
+            f: SubOptions(
+                o.qos,
+                o.no_local,
+                o.retain_as_published,
+                o.retain_handling,
+                o.sub_id,
+                node,
+                o.persistent,
+            )
+            for f, o in self.trie.subscriptions_of(key).items()
+        }
+        if moved:
+            self.trie.remove_all(key)
+            for topic_filter, opts in moved.items():
+                self.trie.add(key, topic_filter, opts)
+        return moved
+
     def keep_only(
         self, subscribers: Iterable[SessionKey], retained: Iterable[tuple[str, str]]
     ) -> None:

@@ -43,6 +43,12 @@ class Entry:
     epoch: int
     replicas: tuple[str, ...]
     state: str
+    persistent: bool = False  # the session outlives its connection (its queue matters)
+
+    @property
+    def live(self) -> bool:
+        """A session exists (online, offline or tentative), not a tombstone."""
+        return self.state != DELETED
 
 
 class Change(Protocol):
@@ -67,17 +73,62 @@ class Read:
 class Claim:
     """Take ownership: ``node`` owns the session at the read epoch + 1 (1 for a new id).
 
-    Unconditional, like a takeover: whoever owned it before is superseded. Retried after
-    an unknown outcome it may raise the epoch twice, which is harmless (same owner).
+    Unconditional, like a takeover, but for one case: a client that resumes (``resume``)
+    a persistent session whose queue lives only on nodes the proposer saw ``down`` gets
+    nothing (the value is left as it is, and the caller sees from the committed value
+    that it did not win): taking it would hand the client an empty queue in place of its
+    messages (DESIGN §4, R = 1). Retried after an unknown outcome it may raise the epoch
+    twice, which is harmless (same owner).
+
+    ``floor``: the epoch is at least this. The claiming node passes the next epoch of its
+    own session table, so one number serves as the cluster's epoch and the node's local
+    fencing token (it is above every epoch the node issued, for any client id).
     """
 
     node: str
     replicas: tuple[str, ...]
     state: str = ONLINE
+    persistent: bool = False
+    floor: int = 0
+    resume: bool = False
+    down: frozenset[str] = frozenset()
 
     def apply(self, current: Entry | None) -> Entry | None:
-        epoch = 1 if current is None else current.epoch + 1
-        return Entry(self.node, epoch, self.replicas, self.state)
+        if self.resume and stranded(current, self.node, self.down):
+            return current
+        epoch = max(1 if current is None else current.epoch + 1, self.floor)
+        replicas = self.replicas
+        if self.resume and current is not None and current.live and current.persistent:
+            replicas = holders(current)  # the queue stays where it is until it is moved
+        return Entry(self.node, epoch, replicas, self.state, self.persistent)
+
+
+def holders(entry: Entry) -> tuple[str, ...]:
+    """The nodes that hold the entry's queue."""
+    return entry.replicas or (entry.owner,)
+
+
+def stranded(current: Entry | None, node: str, down: frozenset[str]) -> bool:
+    """A persistent session that ``node`` cannot take without losing its queue: every
+    copy of the queue is on another node, and every one of them is down."""
+    if current is None or not current.live or not current.persistent:
+        return False
+    held = holders(current)
+    return node not in held and all(r in down for r in held)
+
+
+@dataclass(frozen=True, slots=True)
+class Relocate:
+    """The queue now lives on ``replicas`` (it was handed over), if ``expected_epoch``
+    still owns the session; otherwise nothing changes."""
+
+    expected_epoch: int
+    replicas: tuple[str, ...]
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        if current is None or current.epoch != self.expected_epoch:
+            return current
+        return replace(current, replicas=self.replicas)
 
 
 @dataclass(frozen=True, slots=True)

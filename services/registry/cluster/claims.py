@@ -1,0 +1,244 @@
+"""A CONNECT in a cluster: claim the client id's register, then take the session over.
+
+Theory of operation. Before the local registration plans anything, the node proposes
+``Claim(self)`` on the id's register (:mod:`services.registry.quorum.register`) through
+a majority of the members. The committed value says who owned the session before
+(``previous``) and gives the new epoch, which the local registration then uses as its
+own, so one number fences the session everywhere. Then, by ``previous``:
+
+* never written, or owned here at the epoch the local table holds: the local table is
+  the truth (the single-node path, unchanged);
+* owned by another node that is up: that node hands the session over
+  (:mod:`.handover`): its connection closes, and for a resumed persistent session its
+  queue is copied here in order and the register records that the queue moved
+  (:class:`~services.registry.quorum.register.Relocate`) before the old copy goes;
+* owned by a node that is down: a clean start goes ahead (the old node learns of the
+  newer epoch when it returns); a resume of a persistent session whose queue is only
+  there is refused by the claim itself (0x88, DESIGN §4 for R = 1), every time, until
+  that node returns;
+* a local session that the register does not name is stale (another node owned the id
+  since) and is never resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from services.common import log
+from services.common.session_key import SessionKey
+from services.pb import quorum_pb2
+from services.registry.backends import BackendError
+from services.registry.cluster import codec
+from services.registry.cluster.handover import Taken, adopted, moved_command, open_step
+from services.registry.cluster.peers import Peers
+from services.registry.cluster.quorum_client import QuorumClient
+from services.registry.quorum.proposer import Committed
+from services.registry.quorum.register import (
+    ONLINE,
+    Claim,
+    Entry,
+    Read,
+    Release,
+    Relocate,
+    holders,
+)
+from services.registry.registrar import ClaimRefused, Registrar
+from services.registry.sessions import Connect, Session
+
+
+class Claims:
+    def __init__(self, registrar: Registrar, quorum: QuorumClient, peers: Peers) -> None:
+        self.registrar = registrar
+        self.quorum = quorum
+        self.peers = peers
+        self._releases: set[asyncio.Task[None]] = set()
+
+    def active(self) -> bool:
+        """Claims are made while this node is one of several members and sees a majority;
+        alone, or on the minority side with ``allow_register_during_netsplit``, the
+        registration stays local (tentative, in the minority's case)."""
+        view = self.registrar.cluster()
+        return len(view.members) > 1 and view.serving
+
+    async def claim(self, c: Connect) -> int:
+        """Win ``c.key`` for this node and bring its session here; the new epoch. Runs
+        under the key's lock."""
+        r = self.registrar
+        node = r.settings.node
+        view = r.cluster()
+        expiry = r.table.policy.expiry(c.proto_ver, c.session_expiry)
+        change = Claim(
+            node,
+            (node,),
+            ONLINE,
+            persistent=expiry > 0,
+            floor=r.table.epoch + 1,
+            resume=not c.clean_start,
+            down=frozenset(view.members - view.up),
+        )
+        outcome = await self.quorum.change(c.key, change)
+        if not isinstance(outcome, Committed):
+            raise ClaimRefused("the session directory did not reach a majority")
+        value, previous = outcome.value, outcome.previous
+        if value is None or value.owner != node or value == previous:
+            owner = previous.owner if previous is not None else "?"
+            raise ClaimRefused(f"the session's queue is on {owner}, which is down")
+        r.table.raise_epoch(value.epoch - 1)
+        await self._bring_here(c, previous, value)
+        return value.epoch
+
+    async def _bring_here(self, c: Connect, previous: Entry | None, value: Entry) -> None:
+        """Make the local table hold what the id's register says, before the plan."""
+        r = self.registrar
+        node = r.settings.node
+        local = r.table.get(c.key)
+        if previous is None:
+            return  # never claimed: whatever this node holds is the session
+        source = next((h for h in holders(previous) if h != node), None)
+        if not previous.live or (source is None and previous.owner == node):
+            stale = local is not None and (not previous.live or local.epoch != previous.epoch)
+            if stale:
+                r.table.demote(c.key)  # released, or superseded while this node was away
+            return
+        source = source or previous.owner
+        resume = not c.clean_start and previous.persistent
+        await self._evict_others(c.key, value.epoch, {node, source})
+        if source not in r.cluster().up:
+            if resume:
+                raise ClaimRefused(f"the session's queue is on {source}, which is down")
+            # Nothing to keep; the old node learns of the newer epoch when it returns.
+        else:
+            taken = await self._handover(c.key, source, value.epoch, resume)
+            if resume and taken.present and taken.persistent:
+                await self._move_queue(c.key, source, value, taken)
+                return  # adopted: the local copy is replaced
+        if local is not None:
+            r.table.demote(c.key)  # another node owned the id since this copy
+
+    async def _evict_others(self, key: SessionKey, epoch: int, skip: set[str]) -> None:
+        """End the id's session on every other member that is up, not only on the owner
+        ``previous`` names: a claim that failed (its node refused the CONNECT) may still
+        have taken effect, and then the value read names that node while the session it
+        superseded lives on the node before it. A node without the session answers at
+        once; one that cannot be reached is logged and learns of the epoch later."""
+        view = self.registrar.cluster()
+        others = sorted((view.up & view.members) - skip)
+        if not others:
+            return
+        results = await asyncio.gather(
+            *(self._handover(key, other, epoch, False) for other in others),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, ClaimRefused):
+                log.emit(
+                    "session.handover_incomplete", "warning", client_id=key[1], reason=str(result)
+                )
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def _handover(self, key: SessionKey, source: str, epoch: int, resume: bool) -> Taken:
+        req = quorum_pb2.HandoverRequest(
+            key=codec.key_pb(key),
+            epoch=epoch,
+            node=self.registrar.settings.node,
+            phase=quorum_pb2.HANDOVER_TAKE,
+            discard=not resume,
+        )
+        reply = await self._call(source, req)
+        return Taken(
+            present=reply.present,
+            persistent=reply.persistent,
+            session_expiry=reply.session_expiry,
+            proto_ver=reply.proto_ver or 4,
+            entries=list(reply.entries),
+            inbound_qos2=list(reply.inbound_qos2),
+            last_seq=reply.last_seq,
+        )
+
+    async def _move_queue(self, key: SessionKey, source: str, value: Entry, taken: Taken) -> None:
+        """Copy, record the move, then let the old node delete its copy (and hand over
+        what reached it meanwhile)."""
+        r = self.registrar
+        node = r.settings.node
+        try:
+            await r.queues.open(open_step(key, value.epoch))
+            await r.backends.append_entries(key, value.epoch, taken.entries, taken.inbound_qos2)
+        except BackendError as exc:
+            raise ClaimRefused(f"the handed-over queue could not be stored: {exc}") from None
+        # This node's listeners hold the session's copies here from now on (appended
+        # after what was handed over), not as strangers' to drop.
+        r.hub.broadcast(moved_command(key, node))
+        moved = await self.quorum.change(key, Relocate(value.epoch, (node,)))
+        if (
+            not isinstance(moved, Committed)
+            or moved.value is None
+            or moved.value.epoch != value.epoch
+        ):
+            raise ClaimRefused("the session directory did not record the moved queue")
+        release = quorum_pb2.HandoverRequest(
+            key=codec.key_pb(key),
+            epoch=value.epoch,
+            node=node,
+            phase=quorum_pb2.HANDOVER_RELEASE,
+            after_seq=taken.last_seq,
+        )
+        try:
+            tail = await self._call(source, release)
+            if tail.entries:
+                await r.backends.append_entries(key, value.epoch, list(tail.entries))
+        except (ClaimRefused, BackendError) as exc:
+            # The queue is here and recorded so; what reached the old copy after the
+            # TAKE stays there (logged), the rest is not at risk.
+            log.emit("session.handover_incomplete", "warning", client_id=key[1], reason=str(exc))
+        r.table.adopt(adopted(key, node, value.epoch - 1, taken, r.clock()))
+
+    async def _call(self, source: str, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
+        stub = self.peers.stub(source)
+        if stub is None:
+            raise ClaimRefused(f"no address known for the registry of {source}")
+        try:
+            reply: quorum_pb2.HandoverReply = await stub.Handover(
+                req, timeout=self.registrar.settings.rpc_timeout, metadata=self.peers.metadata()
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise ClaimRefused(
+                f"handover from {source} failed: {exc.code().name} {exc.details() or ''}"
+            ) from None
+        if reply.error:
+            raise ClaimRefused(f"handover from {source} refused: {reply.error}")
+        return reply
+
+    async def owns(self, session: Session) -> bool:
+        """Whether the register still names this node at ``session``'s epoch (a linearizable
+        read); True when nothing ever claimed the id. Raises BackendError without a
+        majority (the caller retries later)."""
+        if not self.active():
+            return True
+        outcome = await self.quorum.change(session.key, Read())
+        if not isinstance(outcome, Committed):
+            raise BackendError("registry", "Read", "UNAVAILABLE", "no majority")
+        v = outcome.value
+        node = self.registrar.settings.node
+        return v is None or (v.owner == node and v.epoch == session.epoch)
+
+    def release(self, key: SessionKey, epoch: int) -> None:
+        """The session of ``epoch`` ended here: tombstone its register (nobody waits; a
+        release that fails leaves an entry the next claim supersedes anyway)."""
+        if not self.active():
+            return
+        task = asyncio.get_running_loop().create_task(self._release(key, epoch))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _release(self, key: SessionKey, epoch: int) -> None:
+        outcome = await self.quorum.change(key, Release(epoch))
+        if not isinstance(outcome, Committed):
+            log.emit("session.release_failed", "debug", client_id=key[1], epoch=epoch)
+
+    async def close(self) -> None:
+        for task in list(self._releases):
+            task.cancel()
+        await asyncio.gather(*self._releases, return_exceptions=True)

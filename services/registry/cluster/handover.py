@@ -1,0 +1,170 @@
+"""Moving a session from the node that owned it to the node its client reconnected to.
+
+Theory of operation. The new owner ``B`` has already won the client id's register (a
+Claim at a new epoch ``e``); the old owner ``A`` still holds the session: maybe a live
+connection, maybe an offline persistent session with a queue. Then:
+
+1. ``B`` asks ``A`` to **TAKE** it (epoch ``e``). ``A`` closes the connection as a local
+   takeover would (0x8E, or a close for 3.1.1, once its acks and marks are durable; its
+   listener points the id's routes at ``B`` from then on), reads the queue's live
+   entries, and forgets the session. A clean start (``discard``) deletes the queue at
+   once. A request below the epoch ``A`` holds is refused: a stale new owner.
+2. ``B`` opens its own queue at ``e`` and appends the entries in their order (with the
+   QoS 2 packet ids still awaiting PUBREL), durably.
+3. ``B`` asks ``A`` to **RELEASE** it: ``A`` hands over what reached its queue after the
+   TAKE's read (copies routed before the subscriptions moved), then deletes its queue.
+   Only then is there one copy, at ``B``; the session there is offline and
+   ``session_present`` for the client that resumes it.
+
+A crash of ``A`` between 1 and 3 leaves its queue with no session record, which its
+restart sweeps: the entries ``B`` holds survive, the tail does not. A crash of ``B``
+before 2 completes fails the CONNECT; the client's next CONNECT claims a newer epoch
+and asks ``A`` again, which still has the queue (its TAKE is repeatable until RELEASE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from services.common import log
+from services.common.session_key import SessionKey
+from services.pb import msgstore_pb2, quorum_pb2, registry_pb2
+from services.registry.backends import BackendError
+from services.registry.cluster import codec
+from services.registry.sessions import US, DeleteQueue, NotifyTakeover, OpenQueue, Session
+
+if TYPE_CHECKING:
+    from services.registry.registrar import Registrar
+
+
+@dataclass(slots=True)
+class _Given:
+    """A session this node handed over (TAKE done, RELEASE not yet)."""
+
+    epoch: int  # the queue's epoch here
+    session: Session
+    last_seq: int
+
+
+@dataclass(slots=True)
+class Taken:
+    """What the new owner received."""
+
+    present: bool = False
+    persistent: bool = False
+    session_expiry: int = 0
+    proto_ver: int = 4
+    entries: list[msgstore_pb2.QueueEntry] = field(default_factory=list)
+    inbound_qos2: list[int] = field(default_factory=list)
+    last_seq: int = 0
+
+
+class Giver:
+    """The old owner's side: answers TAKE and RELEASE."""
+
+    def __init__(self, registrar: Registrar) -> None:
+        self.registrar = registrar
+        self._given: dict[SessionKey, _Given] = {}
+
+    async def handle(self, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
+        key = codec.key_of(req.key)
+        r = self.registrar
+        async with r.locks.hold(key):
+            try:
+                if req.phase == quorum_pb2.HANDOVER_RELEASE:
+                    return await self._release(key, req)
+                return await self._take(key, req)
+            except BackendError as exc:
+                return quorum_pb2.HandoverReply(error=str(exc))
+
+    async def _take(
+        self, key: SessionKey, req: quorum_pb2.HandoverRequest
+    ) -> quorum_pb2.HandoverReply:
+        r = self.registrar
+        r.fence(key, req.epoch)
+        given = self._given.get(key)
+        s = r.table.get(key)
+        if s is not None and s.epoch >= req.epoch:
+            return quorum_pb2.HandoverReply(error=f"epoch {s.epoch} here is not older")
+        if s is None and given is None:
+            return quorum_pb2.HandoverReply(present=False)
+        if s is not None:
+            if s.online or s.recovered:
+                step = NotifyTakeover(s.listener_id, key, s.epoch, req.epoch, req.node)
+                await r.takeovers.run(step, s)
+                s = r.table.get(key) or s
+            r.table.forget(key, s.epoch)
+            await r.committer.sync(key)
+            given = _Given(s.epoch, s, 0)
+            self._given[key] = given
+            log.emit(
+                "session.handover",
+                client_id=key[1],
+                mountpoint=key[0],
+                old_node=r.settings.node,
+                new_node=req.node,
+                epoch=req.epoch,
+            )
+        assert given is not None
+        s = given.session
+        reply = quorum_pb2.HandoverReply(
+            present=True,
+            persistent=s.persistent,
+            session_expiry=min(s.session_expiry, 0xFFFFFFFF),
+            proto_ver=s.proto_ver,
+        )
+        if not s.queued:
+            del self._given[key]
+            return reply
+        if req.discard or not s.persistent:
+            await r.queues.delete(DeleteQueue(key, req.epoch, "taken over"))
+            del self._given[key]
+            return reply
+        entries, state = await r.backends.read_queue(key, given.epoch, 0)
+        reply.entries.extend(entries)
+        reply.inbound_qos2.extend(state.inbound_qos2)
+        given.last_seq = entries[-1].seq if entries else state.last_seq
+        reply.last_seq = given.last_seq
+        return reply
+
+    async def _release(
+        self, key: SessionKey, req: quorum_pb2.HandoverRequest
+    ) -> quorum_pb2.HandoverReply:
+        r = self.registrar
+        given = self._given.pop(key, None)
+        if given is None:
+            return quorum_pb2.HandoverReply(present=False)
+        # From now on this node's listeners send the session's copies to its new node;
+        # what reached the queue before that goes in the tail.
+        r.hub.broadcast(moved_command(key, req.node))
+        entries, _ = await r.backends.read_queue(key, given.epoch, req.after_seq)
+        await r.queues.delete(DeleteQueue(key, req.epoch, "taken over"))
+        reply = quorum_pb2.HandoverReply(present=True, persistent=True)
+        reply.entries.extend(entries)
+        return reply
+
+
+def adopted(key: SessionKey, node: str, epoch: int, taken: Taken, now_us: int) -> Session:
+    """The session ``taken`` as this node's table holds it, offline, just before the
+    registration that resumes it (``epoch`` is below the registration's)."""
+    return Session(
+        key=key,
+        epoch=epoch,
+        online=False,
+        node=node,
+        listener_id="",
+        session_expiry=taken.session_expiry,
+        proto_ver=taken.proto_ver,
+        connected_us=now_us - US,
+        disconnected_us=now_us,
+        queued=True,
+    )
+
+
+def moved_command(key: SessionKey, node: str) -> registry_pb2.RegistryCommand:
+    return registry_pb2.RegistryCommand(moved=registry_pb2.Moved(key=codec.key_pb(key), node=node))
+
+
+def open_step(key: SessionKey, epoch: int) -> OpenQueue:
+    return OpenQueue(key, epoch, clean=True, max_len=0)

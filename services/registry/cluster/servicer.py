@@ -1,0 +1,44 @@
+"""The registry's inter-node service: acceptor votes and session handovers.
+
+It listens on ``cluster.registry_listen`` behind the cookie check of
+:mod:`services.common.peer.channel`, so a node with the wrong cookie changes no vote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from services.pb import quorum_pb2, quorum_pb2_grpc
+from services.registry.cluster import codec
+from services.registry.cluster.acceptor_store import AcceptorShell
+from services.registry.cluster.handover import Giver
+from services.registry.quorum.messages import AcceptReply, PrepareReply
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
+    def __init__(self, acceptor: AcceptorShell, giver: Giver) -> None:
+        self.acceptor = acceptor
+        self.giver = giver
+
+    async def Prepare(
+        self, request: quorum_pb2.PrepareRequest, context: Context
+    ) -> quorum_pb2.PrepareReply:
+        reply = await self.acceptor.step(codec.prepare_of(request))
+        assert isinstance(reply, PrepareReply)
+        return codec.prepare_reply_pb(reply)
+
+    async def Accept(
+        self, request: quorum_pb2.AcceptRequest, context: Context
+    ) -> quorum_pb2.AcceptReply:
+        reply = await self.acceptor.step(codec.accept_of(request))
+        assert isinstance(reply, AcceptReply)
+        return codec.accept_reply_pb(reply)
+
+    async def Handover(
+        self, request: quorum_pb2.HandoverRequest, context: Context
+    ) -> quorum_pb2.HandoverReply:
+        return await self.giver.handle(request)

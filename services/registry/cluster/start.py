@@ -1,0 +1,100 @@
+"""Starting and stopping the registry's cluster side.
+
+The inter-node server binds ``cluster.registry_listen``, the bound address goes into
+gossip (prefix ``registries``) so the other registries find it, and the registrar gets
+its :class:`~services.registry.cluster.claims.Claims`. On a node that never joins a
+cluster all of it is idle: a claim is made only while the view has other members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from services.common.peer import channel as peer_channel
+from services.pb import gossip_pb2, quorum_pb2, quorum_pb2_grpc
+from services.registry.backends import BackendError, Backends
+from services.registry.cluster.acceptor_store import AcceptorShell, AcceptorStore
+from services.registry.cluster.claims import Claims
+from services.registry.cluster.handover import Giver
+from services.registry.cluster.peers import PREFIX, Peers, record_key
+from services.registry.cluster.quorum_client import QuorumClient
+from services.registry.cluster.servicer import QuorumServicer
+from services.registry.config import RegistrySettings
+from services.registry.engines.lmdb_engine import LmdbEngine
+from services.registry.registrar import Registrar
+
+STOP_GRACE = 1.0
+
+
+@dataclass
+class ClusterSide:
+    store: AcceptorStore
+    server: object
+    peers: Peers
+    quorum: QuorumClient
+    claims: Claims
+    tasks: list[asyncio.Task[None]]
+
+    async def close(self) -> None:
+        await self.claims.close()
+        await self.quorum.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.server.stop(STOP_GRACE)  # type: ignore[attr-defined]
+        await self.peers.close()
+        self.store.close()
+
+
+async def start(
+    settings: RegistrySettings,
+    registrar: Registrar,
+    backends: Backends,
+    members: Callable[[], Iterable[str]],
+) -> ClusterSide:
+    store = AcceptorStore(LmdbEngine(settings.quorum_path, settings.map_size), settings.node)
+    acceptor = AcceptorShell(store)
+    server = peer_channel.create_server(settings.cookie)
+    quorum_pb2_grpc.add_QuorumServicer_to_server(QuorumServicer(acceptor, Giver(registrar)), server)
+    host = settings.registry_listen.rpartition(":")[0]
+    port = server.add_insecure_port(settings.registry_listen)
+    if port == 0:
+        raise OSError(f"cannot bind cluster.registry_listen {settings.registry_listen}")
+    await server.start()
+    address = f"{host}:{port}"
+    peers = Peers(settings.node, settings.cookie, address)
+    quorum = QuorumClient(
+        settings.node,
+        acceptor,
+        peers,
+        members,
+        settings.quorum_timeout,
+        settings.rpc_timeout,
+    )
+    claims = Claims(registrar, quorum, peers)
+    record = quorum_pb2.RegistryRecord(
+        node=settings.node, address=address, incarnation=store.incarnation
+    )
+    op = gossip_pb2.MetaOp(
+        prefix=PREFIX, key=record_key(settings.node), value=record.SerializeToString()
+    )
+    tasks = [
+        asyncio.create_task(peers.follow(backends.gossip), name="registry-peers"),
+        asyncio.create_task(_advertise(backends, op), name="registry-advertise"),
+    ]
+    registrar.claims = claims
+    return ClusterSide(store, server, peers, quorum, claims, tasks)
+
+
+async def _advertise(backends: Backends, op: gossip_pb2.MetaOp) -> None:
+    """Write this registry's record, retrying until gossip takes it."""
+    backoff = 0.1
+    while True:
+        try:
+            await backends.put_meta([op])
+            return
+        except BackendError:
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)

@@ -1,0 +1,200 @@
+"""One session per client id across a 3-node dev cluster: the session directory's quorum
+register decides, the old owner hands the session over (S3, S4, S5, S10 and the R = 1
+part of S6 in cluster-scenarios.md).
+
+- A CONNECT on another node takes the session over: the old connection gets 0x8E; a
+  resumed persistent session brings its subscriptions and queued messages, in order,
+  with session_present = 1.
+- CONNECTs of one id racing on all three nodes end with exactly one live connection.
+- Epochs only grow, whichever node registers.
+- With the owner of a persistent session killed, resuming it elsewhere is refused with
+  0x88 (5.0) and code 3 (3.1.1), the same answer every time; a clean start is accepted;
+  once the node is back the session resumes with its messages.
+
+One cluster serves the module and the steps run in order. Waits poll with bounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cluster_membership import (
+    HTTP,
+    N1,
+    N2,
+    N3,
+    _restart_n3,
+    get,
+    health,
+    pid_of,
+    states,
+)
+from tests.support.clients import Client
+from tests.support.cluster import dev_cluster
+from tests.support.node import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MQTT = {N1: 10053, N2: 10103, N3: 10153}
+BOUND = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with dev_cluster(tmp_path_factory.mktemp("devcluster-sessions")) as base:
+        yield base
+
+
+def sessions(node: str, client_id: str) -> list[dict[str, object]]:
+    status, rows = get(HTTP[node], f"/api/v1/session/show?client_id={client_id}")
+    assert status == 200, rows
+    return [r for r in rows if r.get("client_id") == client_id]
+
+
+def _until_routed(pub: Client, topic: str, sub: Client) -> None:
+    def got_one() -> bool:
+        pub.publish(topic, b"probe", qos=0)
+        return not sub.messages.empty()
+
+    wait_for(got_one, BOUND, 0.2, f"probes on {topic} reach {sub.client_id}")
+    sub.drain(0.5)
+
+
+def test_a_connect_on_another_node_takes_the_live_session_over(cluster: Path) -> None:
+    old = Client("x-live", MQTT[N1], version=5, reconnect=False).connect()
+    try:
+        new = Client("x-live", MQTT[N2], version=5, clean=True).connect()
+        assert old.disconnected.wait(BOUND), "the old connection was not closed"
+        assert old.disconnect_reason is not None and old.disconnect_reason.value == 0x8E
+        assert not new.session_present
+        new.disconnect()
+    finally:
+        old.paho.loop_stop()
+
+
+def test_a_persistent_session_moves_with_its_subscriptions_and_queue(cluster: Path) -> None:
+    """S3/S4: subscribe on n1, go offline, 20 QoS 1 messages queue on n1; resume on n2:
+    session_present, the 20 in order, then live messages published on n3 arrive at n2."""
+    sub = Client("x-move", MQTT[N1], version=5, clean=False, session_expiry=600).connect()
+    pub = Client("x-move-pub", MQTT[N3]).connect()
+    try:
+        sub.subscribe("move/#", 1)
+        _until_routed(pub, "move/probe", sub)
+        sub.disconnect()
+        for i in range(20):
+            pub.publish("move/t", f"m{i}", qos=1).wait_for_publish(10)
+        moved = Client("x-move", MQTT[N2], version=5, clean=False, session_expiry=600).connect()
+        try:
+            assert moved.session_present
+            got = [m.payload.decode() for m in moved.take(20, timeout=BOUND)]
+            assert got == [f"m{i}" for i in range(20)]
+            # Its subscriptions live on n2 now: n3's publishes reach it there.
+            wait_for(
+                lambda: [r.get("node") for r in sessions(N2, "x-move")] == [N2],
+                BOUND,
+                0.2,
+                "session show names n2",
+            )
+            for i in range(5):
+                pub.publish("move/t", f"live{i}", qos=1).wait_for_publish(10)
+            live = [m.payload.decode() for m in moved.take(5, timeout=BOUND)]
+            assert live == [f"live{i}" for i in range(5)]
+            assert not moved.drain(1.0), "a copy came twice"
+        finally:
+            moved.disconnect()
+        assert sessions(N1, "x-move") == [], "n1 still holds the moved session"
+    finally:
+        pub.disconnect()
+
+
+def _live(c: Client) -> bool:
+    """CONNACK success and not disconnected since (paho's own flag lags a server close)."""
+    return c.connack.is_set() and not c.reason_code.is_failure and not c.disconnected.is_set()
+
+
+def _race(clients: list[Client]) -> None:
+    start = threading.Barrier(len(clients))
+
+    def go(c: Client) -> None:
+        start.wait()
+        with contextlib.suppress(AssertionError, OSError):
+            c.connect(expect_ok=False)
+
+    threads = [threading.Thread(target=go, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+
+def test_connects_of_one_id_racing_on_three_nodes_leave_one_live_session(cluster: Path) -> None:
+    """S5/S10: five rounds of three simultaneous CONNECTs of one id, one per node."""
+    for round_ in range(5):
+        clients = [Client("x-race", MQTT[n], version=5, reconnect=False) for n in (N1, N2, N3)]
+        _race(clients)
+        one_left = lambda cs=clients: sum(_live(c) for c in cs) == 1  # noqa: E731
+        wait_for(one_left, BOUND, 0.2, f"round {round_}: one connection left")
+        time.sleep(1.0)
+        assert one_left(), f"round {round_}: {[_live(c) for c in clients]}"
+        for c in clients:
+            c.paho.disconnect()
+            c.paho.loop_stop()
+
+
+def test_epochs_only_grow_whichever_node_registers(cluster: Path) -> None:
+    seen: list[int] = []
+    for node in (N1, N2, N3, N1, N3, N2):
+        c = Client("x-epoch", MQTT[node], version=5, clean=False, session_expiry=60).connect()
+        rows = sessions(node, "x-epoch")
+        assert len(rows) == 1, rows
+        seen.append(int(str(rows[0]["epoch"])))
+        c.disconnect()
+    assert seen == sorted(seen) and len(set(seen)) == len(seen), seen
+
+
+def test_a_persistent_session_on_a_dead_node_is_refused_until_it_returns(cluster: Path) -> None:
+    """S6 with R = 1: the answer is 0x88 / code 3, every time, never an empty session."""
+    sub = Client("x-dead", MQTT[N3], version=5, clean=False, session_expiry=600).connect()
+    old = Client("x-dead-v4", MQTT[N3], version=4, clean=False).connect()
+    pub = Client("x-dead-pub", MQTT[N1]).connect()
+    try:
+        sub.subscribe("dead/#", 1)
+        _until_routed(pub, "dead/probe", sub)
+        sub.disconnect()
+        old.disconnect()
+        for i in range(3):
+            pub.publish("dead/t", f"d{i}", qos=1).wait_for_publish(10)
+        os.killpg(pid_of(cluster, N3), signal.SIGKILL)
+        wait_for(lambda: states(N1).get(N3) == "down", BOUND, 0.2, "n3 down on n1")
+        for _ in range(2):
+            again = Client("x-dead", MQTT[N1], version=5, clean=False, session_expiry=600)
+            again.connect(expect_ok=False)
+            assert again.reason_code.value == 0x88, again.reason_code
+            again.paho.loop_stop()
+            v4 = Client("x-dead-v4", MQTT[N2], version=4, clean=False).connect(expect_ok=False)
+            # paho reports a 3.1.1 CONNACK's return code 3 as reason code 0x88
+            assert v4.reason_code.value == 0x88, v4.reason_code
+            v4.paho.loop_stop()
+        fresh = Client("x-dead-v4", MQTT[N2], version=4, clean=True).connect()
+        assert not fresh.session_present
+        fresh.disconnect()
+        _restart_n3(cluster)
+        wait_for(lambda: health(N3) == 200, 60, 0.5, "n3 healthy again")
+        wait_for(lambda: states(N1).get(N3) == "up", BOUND, 0.2, "n3 up on n1")
+        back = Client("x-dead", MQTT[N1], version=5, clean=False, session_expiry=600).connect()
+        try:
+            assert back.session_present
+            got = [m.payload.decode() for m in back.take(3, timeout=BOUND)]
+            assert got == ["d0", "d1", "d2"]
+        finally:
+            back.disconnect()
+    finally:
+        pub.disconnect()
