@@ -198,3 +198,26 @@ def test_a_persistent_session_on_a_dead_node_is_refused_until_it_returns(cluster
             back.disconnect()
     finally:
         pub.disconnect()
+
+
+def test_a_paused_owner_learns_on_its_return_that_its_session_moved(cluster: Path) -> None:
+    """S9-like: the owner is paused (SIGSTOP), the client connects again on n1 (a clean
+    start, accepted); once the paused node is back its stale connection is ended with
+    0x8E, and only the n1 session is left."""
+    wait_for(lambda: all(health(n) == 200 for n in (N1, N2, N3)), 60, 0.5, "all healthy")
+    stale = Client("x-paused", MQTT[N3], version=5, reconnect=False).connect()
+    pid = pid_of(cluster, N3)
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: states(N1).get(N3) == "down", BOUND, 0.2, "n3 down on n1")
+        fresh = Client("x-paused", MQTT[N1], version=5, reconnect=False).connect()
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+    try:
+        assert stale.disconnected.wait(BOUND), "the paused node kept its stale connection"
+        assert stale.disconnect_reason.value == 0x8E, stale.disconnect_reason
+        assert _live(fresh)
+        wait_for(lambda: sessions(N3, "x-paused") == [], BOUND, 0.2, "n3 forgot it")
+    finally:
+        fresh.disconnect()
+        stale.paho.loop_stop()

@@ -28,6 +28,7 @@ from services.registry.quorum.messages import (
 from services.registry.quorum.register import (
     DELETED,
     ONLINE,
+    Adopt,
     Claim,
     Entry,
     Release,
@@ -154,3 +155,12 @@ def test_requests_that_arrive_during_a_commit_share_the_next_one() -> None:
     replies = asyncio.run(many())
     assert all(isinstance(r, PrepareReply) and len(r.promises) == 1 for r in replies)
     assert engine.writes - start <= 2, engine.writes - start
+
+
+def test_adopt_enters_an_unknown_session_and_never_takes_one_away() -> None:
+    assert Adopt(A, 9, True).apply(None) == Entry(A, 9, (A,), ONLINE, True)
+    gone = Entry(B, 4, (B,), DELETED)
+    assert Adopt(A, 9, False).apply(gone) == Entry(A, 9, (A,), ONLINE, False)
+    assert Adopt(A, 3, False).apply(gone) is gone, "released at a newer epoch: stale here"
+    live = Entry(B, 2, (B,), ONLINE)
+    assert Adopt(A, 9, False).apply(live) is live

@@ -23,6 +23,7 @@ own, so one number fences the session everywhere. Then, by ``previous``:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import grpc
 
@@ -48,11 +49,18 @@ from services.registry.registrar import ClaimRefused, Registrar
 from services.registry.sessions import Connect, Session
 
 
+class Unreachable(ClaimRefused):
+    """The other registry did not answer (or its address is not known yet)."""
+
+
 class Claims:
     def __init__(self, registrar: Registrar, quorum: QuorumClient, peers: Peers) -> None:
         self.registrar = registrar
         self.quorum = quorum
         self.peers = peers
+        # A node that could not be told of a newer epoch: told when it is back up
+        # (``services.registry.cluster.reconcile.Reconciler.owe``; start.py sets it).
+        self.owe: Callable[[str, SessionKey, int], None] = lambda node, key, epoch: None
         self._releases: set[asyncio.Task[None]] = set()
 
     def active(self) -> bool:
@@ -108,7 +116,7 @@ class Claims:
         if source not in r.cluster().up:
             if resume:
                 raise ClaimRefused(f"the session's queue is on {source}, which is down")
-            # Nothing to keep; the old node learns of the newer epoch when it returns.
+            self.owe(source, c.key, value.epoch)  # nothing to keep; told when it returns
         else:
             taken = await self._handover(c.key, source, value.epoch, resume)
             if resume and taken.present and taken.persistent:
@@ -124,6 +132,8 @@ class Claims:
         superseded lives on the node before it. A node without the session answers at
         once; one that cannot be reached is logged and learns of the epoch later."""
         view = self.registrar.cluster()
+        for down in sorted(view.members - view.up - skip):
+            self.owe(down, key, epoch)
         others = sorted((view.up & view.members) - skip)
         if not others:
             return
@@ -131,13 +141,26 @@ class Claims:
             *(self._handover(key, other, epoch, False) for other in others),
             return_exceptions=True,
         )
-        for result in results:
-            if isinstance(result, ClaimRefused):
+        for other, result in zip(others, results, strict=True):
+            if isinstance(result, Unreachable):
+                self.owe(other, key, epoch)
+            elif isinstance(result, ClaimRefused):
                 log.emit(
                     "session.handover_incomplete", "warning", client_id=key[1], reason=str(result)
                 )
             elif isinstance(result, BaseException):
                 raise result
+
+    async def evict(self, node: str, key: SessionKey, epoch: int) -> bool:
+        """Tell ``node`` that ``key`` is owned at ``epoch`` elsewhere (it ends its copy);
+        False when it could not be reached."""
+        try:
+            await self._handover(key, node, epoch, False)
+        except Unreachable:
+            return False
+        except ClaimRefused:
+            return True  # it holds a newer epoch: nothing to end there
+        return True
 
     async def _handover(self, key: SessionKey, source: str, epoch: int, resume: bool) -> Taken:
         req = quorum_pb2.HandoverRequest(
@@ -198,13 +221,13 @@ class Claims:
     async def _call(self, source: str, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
         stub = self.peers.stub(source)
         if stub is None:
-            raise ClaimRefused(f"no address known for the registry of {source}")
+            raise Unreachable(f"no address known for the registry of {source}")
         try:
             reply: quorum_pb2.HandoverReply = await stub.Handover(
                 req, timeout=self.registrar.settings.rpc_timeout, metadata=self.peers.metadata()
             )
         except grpc.aio.AioRpcError as exc:
-            raise ClaimRefused(
+            raise Unreachable(
                 f"handover from {source} failed: {exc.code().name} {exc.details() or ''}"
             ) from None
         if reply.error:

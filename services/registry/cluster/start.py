@@ -20,6 +20,7 @@ from services.registry.cluster.claims import Claims
 from services.registry.cluster.handover import Giver
 from services.registry.cluster.peers import PREFIX, Peers, record_key
 from services.registry.cluster.quorum_client import QuorumClient
+from services.registry.cluster.reconcile import Reconciler
 from services.registry.cluster.servicer import QuorumServicer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
@@ -35,9 +36,11 @@ class ClusterSide:
     peers: Peers
     quorum: QuorumClient
     claims: Claims
+    reconciler: Reconciler
     tasks: list[asyncio.Task[None]]
 
     async def close(self) -> None:
+        await self.reconciler.close()
         await self.claims.close()
         await self.quorum.close()
         for task in self.tasks:
@@ -57,7 +60,8 @@ async def start(
     store = AcceptorStore(LmdbEngine(settings.quorum_path, settings.map_size), settings.node)
     acceptor = AcceptorShell(store)
     server = peer_channel.create_server(settings.cookie)
-    quorum_pb2_grpc.add_QuorumServicer_to_server(QuorumServicer(acceptor, Giver(registrar)), server)
+    giver = Giver(registrar)
+    quorum_pb2_grpc.add_QuorumServicer_to_server(QuorumServicer(acceptor, giver), server)
     host = settings.registry_listen.rpartition(":")[0]
     port = server.add_insecure_port(settings.registry_listen)
     if port == 0:
@@ -74,6 +78,8 @@ async def start(
         settings.rpc_timeout,
     )
     claims = Claims(registrar, quorum, peers)
+    reconciler = Reconciler(registrar, quorum, giver, claims.evict)
+    claims.owe = reconciler.owe
     record = quorum_pb2.RegistryRecord(
         node=settings.node, address=address, incarnation=store.incarnation
     )
@@ -85,7 +91,7 @@ async def start(
         asyncio.create_task(_advertise(backends, op), name="registry-advertise"),
     ]
     registrar.claims = claims
-    return ClusterSide(store, server, peers, quorum, claims, tasks)
+    return ClusterSide(store, server, peers, quorum, claims, reconciler, tasks)
 
 
 async def _advertise(backends: Backends, op: gossip_pb2.MetaOp) -> None:

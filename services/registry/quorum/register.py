@@ -155,3 +155,20 @@ class Release:
 
     def apply(self, current: Entry | None) -> Entry | None:
         return SetState(self.expected_epoch, DELETED).apply(current)
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """Enter a session that ``node`` holds but the register does not know of (made while
+    the node was alone, or tentatively on a minority side): it becomes the entry only if
+    no live session is recorded and no newer epoch was. Never takes a session from
+    anyone, so a node that was away cannot win back what the majority gave elsewhere."""
+
+    node: str
+    epoch: int
+    persistent: bool
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        if current is None or (not current.live and current.epoch < self.epoch):
+            return Entry(self.node, self.epoch, (self.node,), ONLINE, self.persistent)
+        return current

@@ -1,0 +1,126 @@
+"""What a node that was away learns when it is back: which of its sessions are no longer
+its own.
+
+Two ways back, two mechanisms:
+
+* **The node itself was cut off** (it restarted, or it was on the minority side of a
+  partition, where ``allow_register_during_netsplit`` may have let it register sessions
+  tentatively). When it sees a majority again, it checks every session it holds against
+  the register in batched rounds: a session the register does not know is entered
+  (:class:`~services.registry.quorum.register.Adopt`, which never takes one from another
+  node); one the register gives to another node, or to a newer epoch, is ended here
+  (the connection gets 0x8E, the local queue goes), as if that owner had asked.
+* **Others could not reach it** (it was paused, or its link was down, while a client
+  took its session elsewhere). The node that won the session owes it that news: the
+  debt is kept per node and paid when the view shows the node up again.
+
+Neither touches what the owner holds: subscriptions and directory records in gossip are
+the owner's, and the ending node deletes only its own copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from services.common import log
+from services.common.cluster_view import ClusterView
+from services.common.session_key import SessionKey
+from services.pb import quorum_pb2
+from services.registry.cluster import codec
+from services.registry.cluster.handover import Giver
+from services.registry.cluster.quorum_client import QuorumClient
+from services.registry.quorum.proposer import Committed
+from services.registry.quorum.register import Adopt, Entry
+from services.registry.registrar import Registrar
+from services.registry.sessions import Session
+
+CHUNK = 1000  # sessions checked per batch of rounds
+OWED_MAX = 100_000  # evictions remembered per node (the oldest are dropped past it)
+
+Evict = Callable[[str, SessionKey, int], Awaitable[bool]]
+
+
+class Reconciler:
+    def __init__(
+        self, registrar: Registrar, quorum: QuorumClient, giver: Giver, evict: Evict
+    ) -> None:
+        self.registrar = registrar
+        self.quorum = quorum
+        self.giver = giver
+        self.evict = evict
+        self.owed: dict[str, dict[SessionKey, int]] = {}
+        self._active = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.checked = 0  # sessions checked by reconcile runs (details, tests)
+        self.superseded = 0
+
+    def owe(self, node: str, key: SessionKey, epoch: int) -> None:
+        debts = self.owed.setdefault(node, {})
+        debts[key] = max(epoch, debts.get(key, 0))
+        while len(debts) > OWED_MAX:
+            del debts[next(iter(debts))]
+
+    def on_view(self, view: ClusterView) -> None:
+        active = len(view.members) > 1 and view.serving
+        if active and not self._active:
+            self._spawn(self.reconcile())
+        self._active = active
+        for node in [n for n in self.owed if n in view.up]:
+            self._spawn(self._pay(node, self.owed.pop(node)))
+
+    async def _pay(self, node: str, debts: dict[SessionKey, int]) -> None:
+        for key, epoch in debts.items():
+            if not await self.evict(node, key, epoch):
+                self.owe(node, key, epoch)  # paid at its next return
+
+    async def reconcile(self) -> None:
+        r = self.registrar
+        sessions = list(r.table)
+        for lo in range(0, len(sessions), CHUNK):
+            chunk = sessions[lo : lo + CHUNK]
+            outcomes = await asyncio.gather(
+                *(
+                    self.quorum.change(s.key, Adopt(r.settings.node, s.epoch, s.persistent))
+                    for s in chunk
+                )
+            )
+            for s, outcome in zip(chunk, outcomes, strict=True):
+                self.checked += 1
+                if isinstance(outcome, Committed) and not self._mine(outcome.value, s):
+                    await self._end_here(s, outcome.value)
+
+    def _mine(self, v: Entry | None, s: Session) -> bool:
+        return (
+            v is not None
+            and v.live
+            and v.owner == self.registrar.settings.node
+            and v.epoch == s.epoch
+        )
+
+    async def _end_here(self, s: Session, v: Entry | None) -> None:
+        current = self.registrar.table.get(s.key)
+        if current is None or current.epoch != s.epoch:
+            return  # registered again meanwhile: that registration claimed for itself
+        owner = v.owner if v is not None else ""
+        epoch = max(v.epoch if v is not None else 0, s.epoch + 1)
+        req = quorum_pb2.HandoverRequest(
+            key=codec.key_pb(s.key), epoch=epoch, node=owner, discard=True
+        )
+        reply = await self.giver.handle(req)
+        if reply.error:
+            log.emit(
+                "session.handover_incomplete", "warning", client_id=s.key[1], reason=reply.error
+            )
+        elif reply.present:
+            self.superseded += 1
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
