@@ -157,10 +157,14 @@ def session() -> None:
 
 @session.command("show")
 @click.option("--client_id", "--client-id", "client_id", default="", help="Only this client.")
+@click.option("--local", is_flag=True, help="Only the sessions this node owns.")
 @click.pass_context
-def session_show(ctx: click.Context, client_id: str) -> None:
-    """List sessions (online and offline persistent ones)."""
-    rows = ctx.obj["node"].get("/api/v1/session/show", client_id=client_id or None)
+def session_show(ctx: click.Context, client_id: str, local: bool) -> None:
+    """List sessions (online and offline persistent ones) of every member of the cluster,
+    each client id once, with the node that owns it."""
+    rows = ctx.obj["node"].get(
+        "/api/v1/session/show", client_id=client_id or None, local="1" if local else None
+    )
     _emit(
         ctx,
         rows,

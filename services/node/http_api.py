@@ -79,10 +79,12 @@ class NodeClient:
                 out.append(sample)
         return out
 
-    def sessions(self, client_id: str) -> list[dict[str, Any]]:
+    def sessions(self, client_id: str, local: bool = False) -> list[dict[str, Any]]:
+        """Every member's sessions (``local``: this node's only)."""
         stub = registry_pb2_grpc.RegistryStub(self.channels["registry"])
         reply = stub.Sessions(
-            registry_pb2.SessionsRequest(client_id=client_id, limit=10000), timeout=_RPC_TIMEOUT
+            registry_pb2.SessionsRequest(client_id=client_id, limit=10000, local=local),
+            timeout=_RPC_TIMEOUT,
         )
         return [
             {
@@ -306,7 +308,8 @@ class HttpApi:
         return HTTPStatus.OK, {"left": node, "members": list(reply.members)}
 
     def session_show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
-        return HTTPStatus.OK, self.client.sessions(q.get("client_id", [""])[0])
+        local = q.get("local", ["0"])[0] in ("1", "true", "on")
+        return HTTPStatus.OK, self.client.sessions(q.get("client_id", [""])[0], local)
 
     def retain_show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
         topic = q.get("topic", [None])[0]

@@ -1,5 +1,6 @@
 from services.pb import common_pb2 as _common_pb2
 from services.pb import msgstore_pb2 as _msgstore_pb2
+from services.pb import registry_pb2 as _registry_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from services.pb import quorum_pb2 as services_dot_pb_dot_quorum__pb2
+from services.pb import registry_pb2 as services_dot_pb_dot_registry__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -49,6 +50,11 @@ class QuorumStub:
                 request_serializer=services_dot_pb_dot_quorum__pb2.HandoverRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_quorum__pb2.HandoverReply.FromString,
                 _registered_method=True)
+        self.Sessions = channel.unary_unary(
+                '/ternmq.quorum.Quorum/Sessions',
+                request_serializer=services_dot_pb_dot_registry__pb2.SessionsRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_registry__pb2.SessionsReply.FromString,
+                _registered_method=True)
 
 
 class QuorumServicer:
@@ -74,6 +80,13 @@ class QuorumServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sessions(self, request, context):
+        """This node's sessions (for a cluster-wide `session show`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QuorumServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +104,11 @@ def add_QuorumServicer_to_server(servicer, server):
                     servicer.Handover,
                     request_deserializer=services_dot_pb_dot_quorum__pb2.HandoverRequest.FromString,
                     response_serializer=services_dot_pb_dot_quorum__pb2.HandoverReply.SerializeToString,
+            ),
+            'Sessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sessions,
+                    request_deserializer=services_dot_pb_dot_registry__pb2.SessionsRequest.FromString,
+                    response_serializer=services_dot_pb_dot_registry__pb2.SessionsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +192,33 @@ class Quorum:
             '/ternmq.quorum.Quorum/Handover',
             services_dot_pb_dot_quorum__pb2.HandoverRequest.SerializeToString,
             services_dot_pb_dot_quorum__pb2.HandoverReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.quorum.Quorum/Sessions',
+            services_dot_pb_dot_registry__pb2.SessionsRequest.SerializeToString,
+            services_dot_pb_dot_registry__pb2.SessionsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -142,12 +142,14 @@ class Moved(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ...) -> None: ...
 
 class SessionsRequest(_message.Message):
-    __slots__ = ("client_id", "limit")
+    __slots__ = ("client_id", "limit", "local")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     limit: int
-    def __init__(self, client_id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    local: bool
+    def __init__(self, client_id: _Optional[str] = ..., limit: _Optional[int] = ..., local: _Optional[bool] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
     __slots__ = ("key", "node", "listener_id", "online", "epoch", "session_expiry", "connected_us", "disconnected_us", "peer", "username", "proto_ver", "persistent", "queued")
@@ -180,7 +182,9 @@ class SessionInfo(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., online: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_expiry: _Optional[int] = ..., connected_us: _Optional[int] = ..., disconnected_us: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., proto_ver: _Optional[int] = ..., persistent: _Optional[bool] = ..., queued: _Optional[bool] = ...) -> None: ...
 
 class SessionsReply(_message.Message):
-    __slots__ = ("sessions",)
+    __slots__ = ("sessions", "unreachable")
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    UNREACHABLE_FIELD_NUMBER: _ClassVar[int]
     sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
-    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ...) -> None: ...
+    unreachable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ...) -> None: ...

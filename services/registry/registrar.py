@@ -99,6 +99,14 @@ class ClusterClaims(Protocol):
     def release(self, key: SessionKey, epoch: int) -> None: ...
 
 
+class ClusterListing(Protocol):
+    """Every member's sessions (``services.registry.cluster.listing.Listing``)."""
+
+    async def gather(
+        self, request: registry_pb2.SessionsRequest, own: registry_pb2.SessionsReply
+    ) -> registry_pb2.SessionsReply: ...
+
+
 EPOCH_BLOCK = 1024  # epochs reserved on disk per write
 EXPIRE_BATCH = 1000  # sessions expired per tick at most
 CONCURRENT_ENDS = 64  # sessions ended at once (their writes share batches and commits)
@@ -153,6 +161,7 @@ class Registrar:
         self.queues = QueueCalls(backends, self._refused_behind)
         self.takeovers = Takeovers(hub, settings.takeover_timeout, metrics)
         self.claims: ClusterClaims | None = None  # server.py, when the node may join a cluster
+        self.listing: ClusterListing | None = None
         self._registrations = metrics.counter(
             "registry_registrations_total", "Register calls by result.", ["result"]
         )

@@ -198,7 +198,11 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
     ) -> registry_pb2.SessionsReply:
         limit = min(request.limit or MAX_LISTED, MAX_LISTED)
         found = self.registrar.table.find(request.client_id, limit)
-        return registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
+        own = registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
+        listing = self.registrar.listing
+        if request.local or listing is None or len(self.registrar.cluster().members) < 2:
+            return own
+        return await listing.gather(request, own)
 
 
 class _Answers:

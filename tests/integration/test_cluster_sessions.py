@@ -53,8 +53,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield base
 
 
-def sessions(node: str, client_id: str) -> list[dict[str, object]]:
-    status, rows = get(HTTP[node], f"/api/v1/session/show?client_id={client_id}")
+def sessions(node: str, client_id: str, local: bool = True) -> list[dict[str, object]]:
+    """``node``'s own sessions of ``client_id`` (``local``), or the cluster's."""
+    query = f"client_id={client_id}&local={int(local)}"
+    status, rows = get(HTTP[node], f"/api/v1/session/show?{query}")
     assert status == 200, rows
     return [r for r in rows if r.get("client_id") == client_id]
 
@@ -221,3 +223,33 @@ def test_a_paused_owner_learns_on_its_return_that_its_session_moved(cluster: Pat
     finally:
         fresh.disconnect()
         stale.paho.loop_stop()
+
+
+def test_session_show_on_any_node_lists_every_session_once_with_its_owner(
+    cluster: Path,
+) -> None:
+    wait_for(lambda: all(health(n) == 200 for n in (N1, N2, N3)), 60, 0.5, "all healthy")
+    clients = [
+        Client(f"x-show-{i}", MQTT[n], version=5, clean=False, session_expiry=300).connect()
+        for i, n in enumerate((N1, N2, N3))
+    ]
+    moved = Client("x-show-0", MQTT[N2], version=5, clean=False, session_expiry=300)
+    try:
+        moved.connect()  # x-show-0 moves from n1 to n2
+        expected = {"x-show-0": N2, "x-show-1": N2, "x-show-2": N3}
+
+        def listed(node: str) -> list[dict[str, object]]:
+            status, rows = get(HTTP[node], "/api/v1/session/show?client_id=")
+            assert status == 200, rows
+            return [r for r in rows if str(r["client_id"]).startswith("x-show-")]
+
+        for node in (N1, N2, N3):
+            wait_for(lambda n=node: len(listed(n)) == 3, BOUND, 0.2, f"3 sessions on {node}")
+            mine = listed(node)
+            assert {str(r["client_id"]): r["node"] for r in mine} == expected, (node, mine)
+            assert len(mine) == 3, mine
+    finally:
+        moved.disconnect()
+        for c in clients[1:]:
+            c.disconnect()
+        clients[0].paho.loop_stop()

@@ -6,11 +6,12 @@ It listens on ``cluster.registry_listen`` behind the cookie check of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
-from services.pb import quorum_pb2, quorum_pb2_grpc
+from services.pb import quorum_pb2, quorum_pb2_grpc, registry_pb2
 from services.registry.cluster import codec
 from services.registry.cluster.acceptor_store import AcceptorShell
 from services.registry.cluster.handover import Giver
@@ -20,9 +21,15 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
-    def __init__(self, acceptor: AcceptorShell, giver: Giver) -> None:
+    def __init__(
+        self,
+        acceptor: AcceptorShell,
+        giver: Giver,
+        sessions: Callable[[registry_pb2.SessionsRequest], registry_pb2.SessionsReply],
+    ) -> None:
         self.acceptor = acceptor
         self.giver = giver
+        self.sessions = sessions
 
     async def Prepare(
         self, request: quorum_pb2.PrepareRequest, context: Context
@@ -42,3 +49,8 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
         self, request: quorum_pb2.HandoverRequest, context: Context
     ) -> quorum_pb2.HandoverReply:
         return await self.giver.handle(request)
+
+    async def Sessions(
+        self, request: registry_pb2.SessionsRequest, context: Context
+    ) -> registry_pb2.SessionsReply:
+        return self.sessions(request)

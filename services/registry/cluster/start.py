@@ -13,18 +13,21 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from services.common.peer import channel as peer_channel
-from services.pb import gossip_pb2, quorum_pb2, quorum_pb2_grpc
+from services.pb import gossip_pb2, quorum_pb2, quorum_pb2_grpc, registry_pb2
 from services.registry.backends import BackendError, Backends
 from services.registry.cluster.acceptor_store import AcceptorShell, AcceptorStore
 from services.registry.cluster.claims import Claims
 from services.registry.cluster.handover import Giver
+from services.registry.cluster.listing import Listing
 from services.registry.cluster.peers import PREFIX, Peers, record_key
 from services.registry.cluster.quorum_client import QuorumClient
 from services.registry.cluster.reconcile import Reconciler
 from services.registry.cluster.servicer import QuorumServicer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
+from services.registry.records import to_info
 from services.registry.registrar import Registrar
+from services.registry.servicer import MAX_LISTED
 
 STOP_GRACE = 1.0
 
@@ -61,7 +64,15 @@ async def start(
     acceptor = AcceptorShell(store)
     server = peer_channel.create_server(settings.cookie)
     giver = Giver(registrar)
-    quorum_pb2_grpc.add_QuorumServicer_to_server(QuorumServicer(acceptor, giver), server)
+
+    def own_sessions(request: registry_pb2.SessionsRequest) -> registry_pb2.SessionsReply:
+        limit = min(request.limit or MAX_LISTED, MAX_LISTED)
+        found = registrar.table.find(request.client_id, limit)
+        return registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
+
+    quorum_pb2_grpc.add_QuorumServicer_to_server(
+        QuorumServicer(acceptor, giver, own_sessions), server
+    )
     host = settings.registry_listen.rpartition(":")[0]
     port = server.add_insecure_port(settings.registry_listen)
     if port == 0:
@@ -80,6 +91,7 @@ async def start(
     claims = Claims(registrar, quorum, peers)
     reconciler = Reconciler(registrar, quorum, giver, claims.evict)
     claims.owe = reconciler.owe
+    registrar.listing = Listing(peers, registrar.cluster, settings.rpc_timeout)
     record = quorum_pb2.RegistryRecord(
         node=settings.node, address=address, incarnation=store.incarnation
     )
