@@ -117,11 +117,13 @@ class Claims:
             if resume:
                 raise ClaimRefused(f"the session's queue is on {source}, which is down")
             self.owe(source, c.key, value.epoch)  # nothing to keep; told when it returns
-        else:
+        elif resume:
             taken = await self._handover(c.key, source, value.epoch, resume)
-            if resume and taken.present and taken.persistent:
+            if taken.present and taken.persistent:
                 await self._move_queue(c.key, source, value, taken)
                 return  # adopted: the local copy is replaced
+        elif not await self.evict(source, c.key, value.epoch):
+            self.owe(source, c.key, value.epoch)  # paused or cut off: told when it answers
         if local is not None:
             r.table.demote(c.key)  # another node owned the id since this copy
 
@@ -219,12 +221,21 @@ class Claims:
         r.table.adopt(adopted(key, node, value.epoch - 1, taken, r.clock()))
 
     async def _call(self, source: str, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
+        """A resumed session's handover may wait for the old connection to flush (up to
+        ``registry.takeover_timeout``) and then read its queue; an eviction only closes a
+        connection, and a node that cannot do that within ``registry.quorum_timeout`` is
+        told again later rather than holding the CONNECT up."""
         stub = self.peers.stub(source)
         if stub is None:
             raise Unreachable(f"no address known for the registry of {source}")
+        settings = self.registrar.settings
+        if req.discard:
+            timeout = settings.quorum_timeout
+        else:
+            timeout = settings.takeover_timeout + settings.rpc_timeout
         try:
             reply: quorum_pb2.HandoverReply = await stub.Handover(
-                req, timeout=self.registrar.settings.rpc_timeout, metadata=self.peers.metadata()
+                req, timeout=timeout, metadata=self.peers.metadata()
             )
         except grpc.aio.AioRpcError as exc:
             raise Unreachable(

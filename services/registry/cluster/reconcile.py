@@ -36,6 +36,7 @@ from services.registry.registrar import Registrar
 from services.registry.sessions import Session
 
 CHUNK = 1000  # sessions checked per batch of rounds
+PAY_INTERVAL = 1.0  # s between attempts to pay what up nodes are owed
 OWED_MAX = 100_000  # evictions remembered per node (the oldest are dropped past it)
 
 Evict = Callable[[str, SessionKey, int], Awaitable[bool]]
@@ -60,6 +61,15 @@ class Reconciler:
         debts[key] = max(epoch, debts.get(key, 0))
         while len(debts) > OWED_MAX:
             del debts[next(iter(debts))]
+
+    async def run(self, view: Callable[[], ClusterView]) -> None:
+        """Pay what is owed to nodes that are up but did not answer in time (a slow or
+        briefly paused node whose view never showed it down)."""
+        while True:
+            await asyncio.sleep(PAY_INTERVAL)
+            up = view().up
+            for node in [n for n in self.owed if n in up]:
+                await self._pay(node, self.owed.pop(node))
 
     def on_view(self, view: ClusterView) -> None:
         active = len(view.members) > 1 and view.serving

@@ -99,6 +99,7 @@ async def start(
         prefix=PREFIX, key=record_key(settings.node), value=record.SerializeToString()
     )
     tasks = [
+        asyncio.create_task(reconciler.run(registrar.cluster), name="registry-owed"),
         asyncio.create_task(peers.follow(backends.gossip), name="registry-peers"),
         asyncio.create_task(_advertise(backends, op), name="registry-advertise"),
     ]
