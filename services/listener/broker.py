@@ -34,7 +34,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -45,7 +45,7 @@ from services.common.metrics import Child, MetricsRegistry
 from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.config import ListenerSettings
-from services.listener.flow import FlowLimits, flow_limits
+from services.listener.flow import FlowLimits, FlowParty, flow_limits, hold_back
 from services.listener.forward.sender import Copy, Forwarder
 from services.listener.lifecycle import Lifecycle
 from services.listener.meta_writer import MetaWriter, log_put_failure
@@ -83,6 +83,10 @@ class Broker:
         self.registry = registry
         self.gossip = gossip
         self.flow: FlowLimits = flow_limits(settings.max_online_messages)
+        # A forwarding stream carries many sessions' copies, so holding it for one of them
+        # holds them all: only a subscriber halfway to its online limit holds it back.
+        online = settings.max_online_messages
+        self.stream_high = max(online // 2, self.flow.high) if online > 0 else 1 << 30
         policy = SharedPolicy(settings.shared_subscription_policy)
         self.router: Router[ClientPort] = Router(
             self.node, policy, settings.upgrade_outgoing_qos, random.Random()
@@ -119,6 +123,7 @@ class Broker:
         self.delivered_qos: list[Child] = self.metrics.delivered
         self.settings = settings
         # what the minority side of a partition refuses now (set_view)
+        self._publisher: ClientPort | None = None  # whose publish is being routed
         self.refuse_publish = False
         self.refuse_subscribe = False
         self.refuse_unsubscribe = False
@@ -193,7 +198,9 @@ class Broker:
         )
         if msg.retain:
             self._update_retained(msg, countdown)
+        self._publisher = client
         matched = self.router.route(msg, self, countdown)
+        self._publisher = None
         if countdown is not None:
             countdown.arm(ReasonCode.SUCCESS if matched else ReasonCode.NO_MATCHING_SUBSCRIBERS)
 
@@ -259,22 +266,26 @@ class Broker:
         if waiter is not None:
             waiter.left += 1
         self.metrics.forwarded.inc()
-        self.forwarder.forward(node, item, waiter, msg.msg_id, msg.topic)
+        publisher = cast(FlowParty | None, self._publisher)
+        self.forwarder.forward(node, item, waiter, msg.msg_id, msg.topic, publisher)
 
     def _forward_dropped(self, node: str, copy: Copy, reason: str) -> None:
         item = copy.item
         self._drop(copy.msg_id, item.client_id, copy.topic, item.qos, reason)
 
     def accept_forwarded(
-        self, item: forward_pb2.Forwarded, done: Callable[[str | None], None]
+        self, item: forward_pb2.Forwarded, done: Callable[[str | None], None], stream: FlowParty
     ) -> None:
         """A copy another node forwarded: delivered or queued here by the rule of
         ``Router`` (never forwarded on: a session that moved again is the sender's to
-        find, through gossip). ``done`` hears when it is delivered or durable."""
+        find, through gossip). ``done`` hears when it is delivered or durable; a
+        congested subscriber holds the ``stream`` back as it would a local publisher."""
         key = (item.mountpoint, item.client_id)
         msg = convert.message_from_pb(common_pb2.MqttMessage.FromString(item.message))
         qos, retain, sub_ids = item.qos, item.retain, tuple(item.sub_ids)
         target = self.sessions.get(key)
+        if qos and target is not None and target.backlog() >= self.stream_high:
+            hold_back(cast(FlowParty, target), stream, asyncio.get_running_loop())
         if target is not None and (qos == 0 or not target.persistent):
             target.deliver(OutboundMessage(msg, qos, retain, sub_ids))
             done(None)

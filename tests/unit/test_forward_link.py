@@ -150,3 +150,51 @@ def test_a_breaking_link_routes_each_copy_at_most_once_in_order_with_one_outcome
             assert fate.get(item) is True, f"copy {item} reported delivered but was not"
         elif outcome == "failed":
             assert fate.get(item) is False
+
+
+class _Publisher:
+    """A connection as flow control sees it."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.flow = None
+        self.paused = False
+
+    def backlog(self) -> int:
+        return 0
+
+    def pause_input(self) -> None:
+        self.paused = True
+
+    def resume_input(self) -> None:
+        self.paused = False
+
+
+def test_a_congested_link_holds_its_publishers_until_it_drains() -> None:
+    import asyncio
+
+    from services.listener import flow
+    from services.listener.forward.sender import LINK_LIMITS, Forwarder
+    from services.pb import forward_pb2
+
+    async def run() -> None:
+        fw = Forwarder("a@h", "a@h/l", "cookie", 10 * LINK_LIMITS.high, 60.0, lambda *a: None)
+        pub = _Publisher()
+        try:
+            for _ in range(LINK_LIMITS.high - 1):
+                fw.forward("b@h", forward_pb2.Forwarded(), None, "m", "t", pub)  # type: ignore[arg-type]
+            assert not pub.paused
+            fw.forward("b@h", forward_pb2.Forwarded(), None, "m", "t", pub)  # type: ignore[arg-type]
+            assert pub.paused, "the link reached its high mark"
+            link = fw.links["b@h"]
+            sent = link.outbox.take(LINK_LIMITS.high)
+            link.outbox.ack(sent[LINK_LIMITS.high - LINK_LIMITS.low - 2][0], ())
+            flow.drained(link, LINK_LIMITS)
+            assert pub.paused, "not yet down to the low mark"
+            link.outbox.ack(sent[LINK_LIMITS.high - LINK_LIMITS.low][0], ())
+            flow.drained(link, LINK_LIMITS)
+            assert not pub.paused
+        finally:
+            await fw.stop()
+
+    asyncio.run(run())

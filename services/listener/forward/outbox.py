@@ -40,64 +40,65 @@ class OutboxFull(Exception):
 
 
 class Outbox(Generic[T]):
-    __slots__ = ("_items", "_sent_upto", "capacity", "next_seq")
+    """Two queues in ``seq`` order: sent on the current stream and not yet acknowledged,
+    then not sent yet. Every operation is O(1) per copy it moves; one queue scanned past
+    what was sent made each ``take`` cost the whole in-flight window."""
+
+    __slots__ = ("_sent", "_unsent", "capacity", "next_seq")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.next_seq = 1
-        self._items: deque[tuple[int, T, float]] = deque()  # (seq, item, pushed at)
-        self._sent_upto = 0  # highest seq handed out on the current stream
+        self._sent: deque[tuple[int, T, float]] = deque()  # (seq, item, pushed at)
+        self._unsent: deque[tuple[int, T, float]] = deque()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._sent) + len(self._unsent)
 
     def push(self, item: T, now: float) -> int:
-        if len(self._items) >= self.capacity:
-            raise OutboxFull(f"{len(self._items)} copies wait for this peer")
+        if len(self) >= self.capacity:
+            raise OutboxFull(f"{len(self)} copies wait for this peer")
         seq = self.next_seq
         self.next_seq += 1
-        self._items.append((seq, item, now))
+        self._unsent.append((seq, item, now))
         return seq
 
     def unsent(self) -> int:
         """How many copies ``take`` would hand out now."""
-        if not self._items or self._items[-1][0] <= self._sent_upto:
-            return 0
-        return sum(1 for seq, _i, _t in self._items if seq > self._sent_upto)
+        return len(self._unsent)
 
     def take(self, limit: int) -> list[tuple[int, T]]:
         """Up to ``limit`` copies not yet sent on this stream, in ``seq`` order."""
         out: list[tuple[int, T]] = []
-        for seq, item, _t in self._items:
-            if seq <= self._sent_upto:
-                continue
-            if len(out) >= limit:
-                break
-            out.append((seq, item))
-        if out:
-            self._sent_upto = out[-1][0]
+        unsent, sent = self._unsent, self._sent
+        while unsent and len(out) < limit:
+            entry = unsent.popleft()
+            sent.append(entry)
+            out.append((entry[0], entry[1]))
         return out
 
     def rewind(self) -> None:
         """The stream broke: send every unacknowledged copy again on the next one."""
-        self._sent_upto = self._items[0][0] - 1 if self._items else self.next_seq - 1
+        sent = self._sent
+        while sent:
+            self._unsent.appendleft(sent.pop())
 
     def ack(self, upto: int, failed: Collection[int]) -> list[tuple[T, bool]]:
         """The peer is done with every copy up to ``upto``; ``failed`` did not make it.
         Returns each acknowledged copy with its outcome, in ``seq`` order."""
         out: list[tuple[T, bool]] = []
-        items = self._items
-        while items and items[0][0] <= upto:
-            seq, item, _t = items.popleft()
-            out.append((item, seq not in failed))
+        for items in (self._sent, self._unsent):
+            while items and items[0][0] <= upto:
+                seq, item, _t = items.popleft()
+                out.append((item, seq not in failed))
         return out
 
     def expire(self, now: float, max_age: float) -> list[T]:
         """Give up on copies pushed more than ``max_age`` ago (oldest first)."""
         out: list[T] = []
-        items = self._items
-        while items and now - items[0][2] > max_age:
-            out.append(items.popleft()[1])
-        if items:
-            self._sent_upto = max(self._sent_upto, items[0][0] - 1)
+        for items in (self._sent, self._unsent):
+            while items and now - items[0][2] > max_age:
+                out.append(items.popleft()[1])
+            if items:
+                break
         return out

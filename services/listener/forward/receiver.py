@@ -6,7 +6,9 @@ broker), whose ``done`` callback completes it once it is delivered or durably qu
 The stream's answers are the inbox's cumulative acknowledgements, sent as copies
 complete. A sender that outruns this node (:data:`MAX_OUTSTANDING` copies not yet
 complete) is not read from until it catches up: gRPC's flow control then holds its
-writes, and its outbox holds the rest.
+writes, and its outbox holds the rest. The stream is also a publisher to flow control
+(:class:`StreamParty`): a congested subscriber here holds it back, as it would hold a
+local publisher, until that subscriber drains.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from services.listener.flow import FlowState
 from services.listener.forward.inbox import Inbox
 from services.pb import forward_pb2, forward_pb2_grpc
 
@@ -24,7 +27,30 @@ MAX_OUTSTANDING = 10_000
 IDLE_INBOX_S = 300.0  # an inbox no stream used for this long is forgotten
 
 Done = Callable[[str | None], None]  # None: delivered or queued; else why it failed
-Accept = Callable[[forward_pb2.Forwarded, Done], None]
+
+
+class StreamParty:
+    """One forwarding stream as a publisher that flow control may pause."""
+
+    __slots__ = ("closed", "flow", "readable")
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.flow: FlowState | None = None
+        self.readable = asyncio.Event()
+        self.readable.set()
+
+    def backlog(self) -> int:
+        return 0
+
+    def pause_input(self) -> None:
+        self.readable.clear()
+
+    def resume_input(self) -> None:
+        self.readable.set()
+
+
+Accept = Callable[[forward_pb2.Forwarded, Done, StreamParty], None]
 
 
 class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
@@ -42,7 +68,8 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
         wake = asyncio.Event()
         attached: list[tuple[str, int]] = []  # the sender, once its first batch is read
         first = True  # a new stream hears the inbox's state at once (a resender's acks)
-        reader = asyncio.create_task(self._read(request_iterator, wake, attached))
+        party = StreamParty()
+        reader = asyncio.create_task(self._read(request_iterator, wake, attached, party))
         try:
             while True:
                 wake.clear()
@@ -59,6 +86,7 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
                     reader.result()  # a bug in reading is raised, not swallowed
                     return
         finally:
+            party.closed = True
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
@@ -68,6 +96,7 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
         batches: AsyncIterator[forward_pb2.ForwardBatch],
         wake: asyncio.Event,
         attached: list[tuple[str, int]],
+        party: StreamParty,
     ) -> None:
         async for batch in batches:
             key = (batch.sender, batch.incarnation)
@@ -85,10 +114,11 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
                     self.resent += 1
                     continue
                 self.received += 1
-                self.accept(item, self._completer(key, inbox, item.seq))
+                self.accept(item, self._completer(key, inbox, item.seq), party)
             wake.set()
             while inbox.outstanding() > MAX_OUTSTANDING:
                 await asyncio.sleep(0.01)
+            await party.readable.wait()
 
     def _completer(self, key: tuple[str, int], inbox: Inbox, seq: int) -> Done:
         def done(failure: str | None) -> None:

@@ -13,10 +13,14 @@ node to have delivered or durably queued the copy, invariant I1). A broken strea
 dialled again with backoff and everything unacknowledged is resent; the receiver drops
 what it already had (``inbox``).
 
-Back-pressure: a publisher waits for its PUBACK, so QoS >= 1 traffic is bounded by the
-clients' inflight windows; the outbox bounds the rest (``cluster.forward_queue``), and
-a copy that waits longer than ``cluster.forward_timeout`` (the node is down, paused, or
-its listener gone) is given up: dropped, logged, and its publisher answered 0x80.
+Back-pressure: a link is a party of :mod:`services.listener.flow`, like a slow
+subscriber. Once :data:`LINK_LIMITS` ``.high`` copies wait for a node's
+acknowledgement, the publishers that add to it stop being read until it drains to
+``.low``; TCP then slows them to the pace of the link, with any QoS. A link that does
+not drain within ``flow.FLOW_MAX_HOLD`` (its node is down or paused) holds nobody back
+until it does: then the outbox bounds it (``cluster.forward_queue``), and a copy that
+waits longer than ``cluster.forward_timeout`` is given up: dropped, logged, and its
+publisher answered 0x80.
 """
 
 from __future__ import annotations
@@ -34,10 +38,12 @@ import grpc
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
 from services.common.peer.channel import Caller, channel
+from services.listener import flow
 from services.listener.forward.outbox import Outbox, OutboxFull
 from services.pb import forward_pb2, forward_pb2_grpc
 
 BATCH = 512  # copies per ForwardBatch
+LINK_LIMITS = flow.FlowLimits(20_000, 10_000)  # copies unacknowledged: hold / release
 CONNECT_TIMEOUT = 2.0
 TICK = 0.5  # s between expiry checks
 
@@ -60,9 +66,13 @@ Dropped = Callable[[str, Copy, str], None]  # (node, copy, reason)
 
 
 class PeerLink:
-    """The stream to one other node's listener, and the copies waiting for it."""
+    """The stream to one other node's listener, and the copies waiting for it. As a
+    party of flow control it is a subscriber that publishers may wait for, never a
+    publisher that waits."""
 
     def __init__(self, forwarder: Forwarder, node: str, capacity: int, timeout: float) -> None:
+        self.closed = False
+        self.flow: flow.FlowState | None = None
         self.forwarder = forwarder
         self.node = node
         self.timeout = timeout
@@ -82,6 +92,15 @@ class PeerLink:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    def backlog(self) -> int:
+        return len(self.outbox)
+
+    def pause_input(self) -> None:
+        """Flow control's call for a publisher; a link is never one."""
+
+    def resume_input(self) -> None:
+        """As ``pause_input``."""
 
     def push(self, copy: Copy) -> None:
         try:
@@ -153,6 +172,7 @@ class PeerLink:
             for copy, ok in self.outbox.ack(ack.upto, failed):
                 if copy.waiter is not None:
                     copy.waiter.step(None if ok else f"{self.node} did not take it")
+            flow.drained(self, LINK_LIMITS)
 
     async def _idle(self, delay: float, reader: asyncio.Task[None] | None = None) -> None:
         """Wait for new copies, the reader's end or ``delay``; then expire old copies."""
@@ -168,6 +188,7 @@ class PeerLink:
                 fut.cancel()
         for copy in self.outbox.expire(time.monotonic(), self.timeout):
             self.forwarder.fail(self.node, copy, "node_unreachable")
+        flow.drained(self, LINK_LIMITS)
 
 
 class Forwarder:
@@ -215,12 +236,17 @@ class Forwarder:
         waiter: Waiter | None,
         msg_id: str,
         topic: str,
+        publisher: flow.FlowParty | None = None,
     ) -> None:
+        """Send ``item`` to ``node``; ``publisher`` (its connection) waits while the link
+        is congested."""
         link = self.links.get(node)
         if link is None:
             link = self.links[node] = PeerLink(self, node, self.capacity, self.timeout)
             link.start()
         link.push(Copy(item, waiter, msg_id, topic))
+        if publisher is not None and len(link.outbox) >= LINK_LIMITS.high:
+            flow.hold_back(link, publisher, asyncio.get_running_loop())
 
     def fail(self, node: str, copy: Copy, reason: str) -> None:
         self.dropped(node, copy, reason)
