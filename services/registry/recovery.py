@@ -86,11 +86,10 @@ async def _drop_orphan_queues(registrar: Registrar) -> None:
     reads and, if the id only ever comes back clean, nobody deletes. Its client never
     got a CONNACK for it and never subscribed with it, so nothing acknowledged to it is
     lost. Deleted with the reserved epoch, at or above every epoch issued before the
-    restart (a queue with a newer one, from a wiped registry, is refused and kept). Only
-    keys this registry leads, as for subscriptions — which, like that sweep, trusts
-    ``registrar.view`` at start-up: true on one node (the only mode built so far); with
-    clustering, recovery must wait for the membership view, or a queue of a session led
-    by another node's registry would look orphaned here.
+    restart (a queue with a newer one, from a wiped registry, is refused and kept). In a
+    cluster too, this node's msgstore holds only the queues of sessions this node owned:
+    one left behind by a handover that had not finished (its RELEASE never came) is
+    swept with the rest; the entries the new owner copied live on there.
     """
     orphans: list[SessionKey] = []
     try:

@@ -196,13 +196,20 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
     async def Sessions(
         self, request: registry_pb2.SessionsRequest, context: Any
     ) -> registry_pb2.SessionsReply:
-        limit = min(request.limit or MAX_LISTED, MAX_LISTED)
-        found = self.registrar.table.find(request.client_id, limit)
-        own = registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
+        own = local_sessions(self.registrar, request)
         listing = self.registrar.listing
         if request.local or listing is None or len(self.registrar.cluster().members) < 2:
             return own
         return await listing.gather(request, own)
+
+
+def local_sessions(
+    registrar: Registrar, request: registry_pb2.SessionsRequest
+) -> registry_pb2.SessionsReply:
+    """This node's sessions (``request.limit`` 0: up to :data:`MAX_LISTED`)."""
+    limit = min(request.limit or MAX_LISTED, MAX_LISTED)
+    found = registrar.table.find(request.client_id, limit)
+    return registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
 
 
 class _Answers:

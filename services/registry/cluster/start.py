@@ -9,11 +9,12 @@ cluster all of it is idle: a claim is made only while the view has other members
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from services.common.peer import channel as peer_channel
-from services.pb import gossip_pb2, quorum_pb2, quorum_pb2_grpc, registry_pb2
+from services.pb import gossip_pb2, quorum_pb2, quorum_pb2_grpc
 from services.registry.backends import BackendError, Backends
 from services.registry.cluster.acceptor_store import AcceptorShell, AcceptorStore
 from services.registry.cluster.claims import Claims
@@ -25,9 +26,8 @@ from services.registry.cluster.reconcile import Reconciler
 from services.registry.cluster.servicer import QuorumServicer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
-from services.registry.records import to_info
 from services.registry.registrar import Registrar
-from services.registry.servicer import MAX_LISTED
+from services.registry.servicer import local_sessions
 
 STOP_GRACE = 1.0
 
@@ -65,13 +65,8 @@ async def start(
     server = peer_channel.create_server(settings.cookie)
     giver = Giver(registrar)
 
-    def own_sessions(request: registry_pb2.SessionsRequest) -> registry_pb2.SessionsReply:
-        limit = min(request.limit or MAX_LISTED, MAX_LISTED)
-        found = registrar.table.find(request.client_id, limit)
-        return registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
-
     quorum_pb2_grpc.add_QuorumServicer_to_server(
-        QuorumServicer(acceptor, giver, own_sessions), server
+        QuorumServicer(acceptor, giver, functools.partial(local_sessions, registrar)), server
     )
     host = settings.registry_listen.rpartition(":")[0]
     port = server.add_insecure_port(settings.registry_listen)
