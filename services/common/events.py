@@ -135,6 +135,15 @@ _SPECS: Final = [
         epoch="int",
     ),
     _e(
+        "registry.catch_up",
+        "The registry's acceptor had no votes on disk (a new node, or one that lost its "
+        "disk) and catches up from the other members before it votes: waiting for enough "
+        "of them to answer, or done with the number of client ids it learned.",
+        state="str",
+        keys="int",
+        reason="str",
+    ),
+    _e(
         "session.expired",
         "A persistent session expired and was deleted.",
         client_id="str",

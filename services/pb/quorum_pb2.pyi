@@ -159,6 +159,24 @@ class HandoverReply(_message.Message):
     last_seq: int
     def __init__(self, present: _Optional[bool] = ..., persistent: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[_msgstore_pb2.QueueEntry, _Mapping]]] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
+class KeysRequest(_message.Message):
+    __slots__ = ("after", "limit")
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    after: int
+    limit: int
+    def __init__(self, after: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class KeysReply(_message.Message):
+    __slots__ = ("keys", "next", "catching_up")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    CATCHING_UP_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[_common_pb2.SessionKey]
+    next: int
+    catching_up: bool
+    def __init__(self, keys: _Optional[_Iterable[_Union[_common_pb2.SessionKey, _Mapping]]] = ..., next: _Optional[int] = ..., catching_up: _Optional[bool] = ...) -> None: ...
+
 class RegistryRecord(_message.Message):
     __slots__ = ("node", "address", "incarnation")
     NODE_FIELD_NUMBER: _ClassVar[int]

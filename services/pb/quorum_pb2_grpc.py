@@ -50,6 +50,11 @@ class QuorumStub:
                 request_serializer=services_dot_pb_dot_quorum__pb2.HandoverRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_quorum__pb2.HandoverReply.FromString,
                 _registered_method=True)
+        self.Keys = channel.unary_unary(
+                '/ternmq.quorum.Quorum/Keys',
+                request_serializer=services_dot_pb_dot_quorum__pb2.KeysRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_quorum__pb2.KeysReply.FromString,
+                _registered_method=True)
         self.Sessions = channel.unary_unary(
                 '/ternmq.quorum.Quorum/Sessions',
                 request_serializer=services_dot_pb_dot_registry__pb2.SessionsRequest.SerializeToString,
@@ -80,6 +85,14 @@ class QuorumServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Keys(self, request, context):
+        """The client ids this node's acceptor holds a vote for, a page at a time (a member that
+        lost its disk catches up from them before it votes again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Sessions(self, request, context):
         """This node's sessions (for a cluster-wide `session show`).
         """
@@ -104,6 +117,11 @@ def add_QuorumServicer_to_server(servicer, server):
                     servicer.Handover,
                     request_deserializer=services_dot_pb_dot_quorum__pb2.HandoverRequest.FromString,
                     response_serializer=services_dot_pb_dot_quorum__pb2.HandoverReply.SerializeToString,
+            ),
+            'Keys': grpc.unary_unary_rpc_method_handler(
+                    servicer.Keys,
+                    request_deserializer=services_dot_pb_dot_quorum__pb2.KeysRequest.FromString,
+                    response_serializer=services_dot_pb_dot_quorum__pb2.KeysReply.SerializeToString,
             ),
             'Sessions': grpc.unary_unary_rpc_method_handler(
                     servicer.Sessions,
@@ -192,6 +210,33 @@ class Quorum:
             '/ternmq.quorum.Quorum/Handover',
             services_dot_pb_dot_quorum__pb2.HandoverRequest.SerializeToString,
             services_dot_pb_dot_quorum__pb2.HandoverReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Keys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.quorum.Quorum/Keys',
+            services_dot_pb_dot_quorum__pb2.KeysRequest.SerializeToString,
+            services_dot_pb_dot_quorum__pb2.KeysReply.FromString,
             options,
             channel_credentials,
             insecure,

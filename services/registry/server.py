@@ -69,7 +69,13 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         await recover(registrar, sessions, reserved)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registrar, hub), server)
         common_pb2_grpc.add_AdminServicer_to_server(
-            AdminServicer("registry", settings.node, metrics, registrar.details, lambda: serving),
+            AdminServicer(
+                "registry",
+                settings.node,
+                metrics,
+                registrar.details,
+                lambda: serving and (side is None or side.ready()),
+            ),
             server,
         )
         bind(server, settings.address)

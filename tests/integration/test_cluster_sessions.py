@@ -17,7 +17,9 @@ One cluster serves the module and the steps run in order. Waits poll with bounds
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -253,3 +255,41 @@ def test_session_show_on_any_node_lists_every_session_once_with_its_owner(
         for c in clients[1:]:
             c.disconnect()
         clients[0].paho.loop_stop()
+
+
+def test_a_member_that_lost_its_disk_catches_up_before_it_votes(cluster: Path) -> None:
+    """The DESIGN's wiped data directory: n3 is stopped, its data directory deleted, and
+    started again. It rejoins, learns every client id the others hold votes for before
+    it votes (registry.catch_up), is healthy only then, and epochs keep growing: a
+    session registered before the wipe is taken over from n3 at a higher epoch."""
+    wait_for(lambda: all(health(n) == 200 for n in (N1, N2, N3)), 60, 0.5, "all healthy")
+    before = Client("x-wiped", MQTT[N1], version=5, clean=False, session_expiry=300).connect()
+    epoch = int(str(sessions(N1, "x-wiped")[0]["epoch"]))
+    os.killpg(pid_of(cluster, N3), signal.SIGKILL)
+    wait_for(lambda: states(N1).get(N3) == "down", BOUND, 0.2, "n3 down on n1")
+    shutil.rmtree(cluster / "dev3" / "data")
+    _restart_n3(cluster)
+    try:
+        wait_for(lambda: health(N3) == 200, 90, 0.5, "n3 healthy after its catch-up")
+        done = [
+            e for e in _events(cluster, N3, "registry", "registry.catch_up") if e["state"] == "done"
+        ]
+        assert done and done[-1]["keys"] >= 1, done
+        after = Client("x-wiped", MQTT[N3], version=5, clean=False, session_expiry=300).connect()
+        try:
+            assert after.session_present, "the session moved from n1 with its state"
+            assert before.disconnected.wait(BOUND)
+            rows = sessions(N3, "x-wiped")
+            assert len(rows) == 1 and int(str(rows[0]["epoch"])) > epoch, (rows, epoch)
+        finally:
+            after.disconnect()
+    finally:
+        before.paho.loop_stop()
+
+
+def _events(base: Path, node: str, service: str, name: str) -> list[dict[str, object]]:
+    path = base / node.split("@")[0] / "log" / f"{service}.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["event"] == name]

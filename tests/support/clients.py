@@ -39,6 +39,7 @@ class Client:
     password: str | None = None
     will: tuple[str, bytes, int, bool] | None = None
     reconnect: bool = True  # paho reconnects by itself after a lost connection
+    host: str = "127.0.0.1"
     messages: queue.Queue[Received] = field(default_factory=queue.Queue)
     acked: list[int] = field(default_factory=list)
     connack: threading.Event = field(default_factory=threading.Event)
@@ -105,10 +106,10 @@ class Client:
             if self.session_expiry:
                 props.SessionExpiryInterval = self.session_expiry
             self.paho.connect(
-                "127.0.0.1", self.port, keepalive=60, clean_start=self.clean, properties=props
+                self.host, self.port, keepalive=60, clean_start=self.clean, properties=props
             )
         else:
-            self.paho.connect("127.0.0.1", self.port, keepalive=60)
+            self.paho.connect(self.host, self.port, keepalive=60)
         self.paho.loop_start()
         assert self.connack.wait(timeout), f"{self.client_id}: no CONNACK"
         if expect_ok:

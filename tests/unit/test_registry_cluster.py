@@ -126,6 +126,7 @@ class CountingEngine(MemoryEngine):
 def test_votes_are_on_disk_before_the_reply_and_a_restart_keeps_them() -> None:
     table = MemoryTable()
     store = AcceptorStore(MemoryEngine(table), A)
+    store.caught_up()  # a new node with nothing to learn
     shell = AcceptorShell(store)
     b = Ballot(1, 1, B)
     e = Entry(B, 1, (B,), ONLINE)
@@ -144,6 +145,7 @@ def test_votes_are_on_disk_before_the_reply_and_a_restart_keeps_them() -> None:
 def test_requests_that_arrive_during_a_commit_share_the_next_one() -> None:
     engine = CountingEngine(MemoryTable())
     store = AcceptorStore(engine, A)
+    store.caught_up()
     shell = AcceptorShell(store)
     start = engine.writes
 
@@ -164,3 +166,26 @@ def test_adopt_enters_an_unknown_session_and_never_takes_one_away() -> None:
     assert Adopt(A, 3, False).apply(gone) is gone, "released at a newer epoch: stale here"
     live = Entry(B, 2, (B,), ONLINE)
     assert Adopt(A, 9, False).apply(live) is live
+
+
+def test_a_store_without_votes_catches_up_before_voting_even_after_a_restart() -> None:
+    table = MemoryTable()
+    store = AcceptorStore(MemoryEngine(table), A)
+    assert store.acceptor.catching_up, "a fresh store may be a wiped one"
+    again = AcceptorStore(MemoryEngine(table), A)
+    assert again.acceptor.catching_up, "the flag is on disk until the catch-up ends"
+    shell = AcceptorShell(again)
+    b = Ballot(3, 1, B)
+    e = Entry(B, 4, (B,), ONLINE)
+
+    async def catch_up() -> object:
+        refused = await shell.step(Prepare(b, (K,)))
+        await shell.seed([(K, b, e)])
+        await shell.finish()
+        return refused
+
+    refused = asyncio.run(catch_up())
+    assert isinstance(refused, PrepareReply) and not refused.promises
+    after = AcceptorStore(MemoryEngine(table), A)
+    assert not after.acceptor.catching_up
+    assert after.acceptor.slot(K) == Slot(b, b, e)

@@ -28,9 +28,11 @@ from services.registry.cluster import codec
 from services.registry.engines.base import Engine, StoreError
 from services.registry.leadership import key_bytes
 from services.registry.quorum.acceptor import Acceptor, Slot
-from services.registry.quorum.messages import Reply, Request
+from services.registry.quorum.messages import Ballot, Reply, Request
+from services.registry.quorum.register import Entry
 
 _META = b"\x00incarnation"
+_CATCHING_UP = b"\x00catching_up"
 
 
 def _key_of(raw: bytes) -> SessionKey:
@@ -45,14 +47,23 @@ class AcceptorStore:
         self.engine = engine
         slots: dict[SessionKey, Slot] = {}
         stored = 0
+        catching_up = False
         for raw, value in engine.items():
             if raw == _META:
                 stored = int(value.decode())
+            elif raw == _CATCHING_UP:
+                catching_up = True
             else:
                 slots[_key_of(raw)] = codec.slot_of(quorum_pb2.Slot.FromString(value))
+        # No store yet: a new node, or one that lost its disk and with it the votes it
+        # cast. The two look alike, so both catch up before voting (see ``catchup``).
+        catching_up = catching_up or stored == 0
         self.incarnation = max(stored + 1, time.time_ns() // 1000)
-        engine.write([(_META, str(self.incarnation).encode())])
-        self.acceptor = Acceptor(node, self.incarnation, slots)
+        changes: list[tuple[bytes, bytes | None]] = [(_META, str(self.incarnation).encode())]
+        if catching_up:
+            changes.append((_CATCHING_UP, b"1"))
+        engine.write(changes)
+        self.acceptor = Acceptor(node, self.incarnation, slots, catching_up=catching_up)
         self.highest_counter = max(
             (max(s.promised.counter, s.accepted.counter) for s in slots.values()), default=0
         )
@@ -62,6 +73,11 @@ class AcceptorStore:
             self.engine.write(
                 [(key_bytes(key), codec.slot_pb(slot).SerializeToString()) for key, slot in slots]
             )
+
+    def caught_up(self) -> None:
+        """Vote from now on, and after any restart."""
+        self.engine.write([(_CATCHING_UP, None)])
+        self.acceptor.finish_catch_up()
 
     def close(self) -> None:
         self.engine.close()
@@ -81,6 +97,14 @@ class AcceptorShell:
     @property
     def incarnation(self) -> int:
         return self.store.incarnation
+
+    async def seed(self, items: list[tuple[SessionKey, Ballot, Entry | None]]) -> None:
+        """Catch-up: store values committed without this acceptor, durably."""
+        ready = self.store.acceptor.seed(items)
+        await asyncio.to_thread(self.store.write, list(ready.persist))
+
+    async def finish(self) -> None:
+        await asyncio.to_thread(self.store.caught_up)
 
     async def step(self, request: Request) -> Reply | None:
         if self.broken is not None:

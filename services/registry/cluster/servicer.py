@@ -54,3 +54,15 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
         self, request: registry_pb2.SessionsRequest, context: Context
     ) -> registry_pb2.SessionsReply:
         return self.sessions(request)
+
+    async def Keys(self, request: quorum_pb2.KeysRequest, context: Context) -> quorum_pb2.KeysReply:
+        acceptor = self.acceptor.store.acceptor
+        keys = acceptor.known_keys()
+        limit = request.limit or len(keys)
+        page = keys[request.after : request.after + limit]
+        following = request.after + len(page)
+        return quorum_pb2.KeysReply(
+            keys=[codec.key_pb(k) for k in page],
+            next=following if following < len(keys) else 0,
+            catching_up=acceptor.catching_up,
+        )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from services.common.peer import channel as peer_channel
 from services.pb import gossip_pb2, quorum_pb2, quorum_pb2_grpc
 from services.registry.backends import BackendError, Backends
+from services.registry.cluster import catchup
 from services.registry.cluster.acceptor_store import AcceptorShell, AcceptorStore
 from services.registry.cluster.claims import Claims
 from services.registry.cluster.handover import Giver
@@ -41,6 +42,13 @@ class ClusterSide:
     claims: Claims
     reconciler: Reconciler
     tasks: list[asyncio.Task[None]]
+
+    def ready(self) -> bool:
+        """Not while the acceptor catches up with the others (it cannot vote yet); a
+        node alone has nobody to catch up with."""
+        return (
+            not self.store.acceptor.catching_up or len(self.claims.registrar.cluster().members) < 2
+        )
 
     async def close(self) -> None:
         await self.reconciler.close()
@@ -94,6 +102,10 @@ async def start(
         prefix=PREFIX, key=record_key(settings.node), value=record.SerializeToString()
     )
     tasks = [
+        asyncio.create_task(
+            catchup.run(acceptor, quorum, peers, registrar.cluster, settings.rpc_timeout),
+            name="registry-catch-up",
+        ),
         asyncio.create_task(reconciler.run(registrar.cluster), name="registry-owed"),
         asyncio.create_task(peers.follow(backends.gossip), name="registry-peers"),
         asyncio.create_task(_advertise(backends, op), name="registry-advertise"),
