@@ -42,6 +42,11 @@ def available() -> str:
         return "needs root for network namespaces"
     if shutil.which("ip") is None:
         return "needs iproute2"
+    probe = f"{PREFIX}probe"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, timeout=30)
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
+    if made.returncode != 0:
+        return f"cannot make a network namespace: {made.stderr.decode().strip()}"
     return ""
 
 
