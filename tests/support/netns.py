@@ -18,6 +18,7 @@ namespaces, the bridges, the links, the processes (by pid).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ PREFIX = "tnq"  # every namespace, bridge and link this module makes starts with
 MQTT_PORT, HTTP_PORT, CLUSTER_PORT = 1883, 8888, 4369
 
 
+@functools.cache
 def available() -> str:
     """Why partitions cannot be made here ("" when they can)."""
     if os.geteuid() != 0:
