@@ -85,20 +85,30 @@ class Reconciler:
                 self.owe(node, key, epoch)  # paid at its next return
 
     async def reconcile(self) -> None:
+        """Check every session held here; those no round could settle (no majority yet,
+        as while this node's acceptor catches up) are checked again until all are."""
         r = self.registrar
         sessions = list(r.table)
-        for lo in range(0, len(sessions), CHUNK):
-            chunk = sessions[lo : lo + CHUNK]
-            outcomes = await asyncio.gather(
-                *(
-                    self.quorum.change(s.key, Adopt(r.settings.node, s.epoch, s.persistent))
-                    for s in chunk
+        while sessions:
+            unsettled: list[Session] = []
+            for lo in range(0, len(sessions), CHUNK):
+                chunk = sessions[lo : lo + CHUNK]
+                outcomes = await asyncio.gather(
+                    *(
+                        self.quorum.change(s.key, Adopt(r.settings.node, s.epoch, s.persistent))
+                        for s in chunk
+                    )
                 )
-            )
-            for s, outcome in zip(chunk, outcomes, strict=True):
-                self.checked += 1
-                if isinstance(outcome, Committed) and not self._mine(outcome.value, s):
-                    await self._end_here(s, outcome.value)
+                for s, outcome in zip(chunk, outcomes, strict=True):
+                    if not isinstance(outcome, Committed):
+                        unsettled.append(s)
+                        continue
+                    self.checked += 1
+                    if not self._mine(outcome.value, s):
+                        await self._end_here(s, outcome.value)
+            if unsettled:
+                await asyncio.sleep(PAY_INTERVAL)
+            sessions = [s for s in unsettled if r.table.get(s.key) == s]
 
     def _mine(self, v: Entry | None, s: Session) -> bool:
         return (
