@@ -112,6 +112,7 @@ class Broker:
         self.registry_client = self.lifecycle.registry_client
         self._tasks: set[asyncio.Task[Any]] = set()
         self._msg_field: tuple[Message, bytes] | None = None  # the last publish, encoded
+        self._msg_bytes: tuple[Message, bytes] | None = None  # … as forwarded copies carry it
         self.accepting = False
         router = self.router
         self.metrics = RoutingMetrics(
@@ -252,13 +253,16 @@ class Broker:
         A QoS >= 1 publisher waits for it when the session is persistent (I1: the copy
         must be on that node's disk); a copy for a clean session there is sent as a
         local delivery to one here is, without holding the publisher."""
+        encoded = self._msg_bytes
+        if encoded is None or encoded[0] is not msg:  # encoded once per publish
+            encoded = self._msg_bytes = (msg, convert.message_bytes(msg, self.node))
         item = forward_pb2.Forwarded(
             mountpoint=key[0],
             client_id=key[1],
             qos=qos,
             retain=retain,
             sub_ids=sub_ids,
-            message=convert.message_bytes(msg, self.node),
+            message=encoded[1],
         )
         opts = self.router.trie.options_of(key)
         durable = opts is not None and opts.persistent
