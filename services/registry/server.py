@@ -88,8 +88,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         side = await cluster_side.start(
             settings, registrar, backends, lambda: follower.view.members
         )
-        follower.on_change = side.reconciler.on_view
-        side.reconciler.on_view(follower.view)
+        follower.on_change = side.on_view
+        side.on_view(follower.view)
         expiry = asyncio.create_task(registrar.run_expiry(stop), name="registry-expiry")
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({expiry, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -1,9 +1,9 @@
 """Starting and stopping the registry's cluster side.
 
-The inter-node server binds ``cluster.registry_listen``, the bound address goes into
-gossip (prefix ``registries``) so the other registries find it, and the registrar gets
-its :class:`~services.registry.cluster.claims.Claims`. On a node that never joins a
-cluster all of it is idle: a claim is made only while the view has other members.
+The inter-node server binds ``cluster.registry_listen`` and the registrar gets its
+:class:`~services.registry.cluster.claims.Claims`. Once the view has other members, the
+bound address goes into gossip (prefix ``registries``) so the other registries find it.
+On a node that never joins a cluster all of it is idle: no claim, no gossip call.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from services.common.cluster_view import ClusterView
 from services.common.peer import channel as peer_channel
 from services.pb import gossip_pb2, quorum_pb2, quorum_pb2_grpc
 from services.registry.backends import BackendError, Backends
@@ -42,6 +43,23 @@ class ClusterSide:
     claims: Claims
     reconciler: Reconciler
     tasks: list[asyncio.Task[None]]
+    backends: Backends
+    record: gossip_pb2.MetaOp  # this registry's entry under gossip prefix ``registries``
+    gossiping: bool = False
+
+    def on_view(self, view: ClusterView) -> None:
+        """The view changed. Only once the node has other members does its registry
+        say where it listens and follow where the others do: a node alone makes no
+        gossip call for the cluster side."""
+        self.reconciler.on_view(view)
+        if len(view.members) > 1 and not self.gossiping:
+            self.gossiping = True
+            self.tasks.append(
+                asyncio.create_task(self.peers.follow(self.backends.gossip), name="registry-peers")
+            )
+            self.tasks.append(
+                asyncio.create_task(_advertise(self.backends, self.record), name="registry-ad")
+            )
 
     def ready(self) -> bool:
         """Not while the acceptor catches up with the others (it cannot vote yet); a
@@ -107,11 +125,9 @@ async def start(
             name="registry-catch-up",
         ),
         asyncio.create_task(reconciler.run(registrar.cluster), name="registry-owed"),
-        asyncio.create_task(peers.follow(backends.gossip), name="registry-peers"),
-        asyncio.create_task(_advertise(backends, op), name="registry-advertise"),
     ]
     registrar.claims = claims
-    return ClusterSide(store, server, peers, quorum, claims, reconciler, tasks)
+    return ClusterSide(store, server, peers, quorum, claims, reconciler, tasks, backends, op)
 
 
 async def _advertise(backends: Backends, op: gossip_pb2.MetaOp) -> None:
