@@ -60,7 +60,8 @@ def test_two_nodes_started_alone_join_into_one_cluster(pair: tuple[Node, Node]) 
             ),
             20,
         )
-        assert node.health() == 200
+        # healthy once its registry has caught up with the other's votes (catchup.py)
+        wait_for(lambda node=node: node.health() == 200, 20)
 
 
 def test_a_join_where_no_member_answers_fails_and_says_why(pair: tuple[Node, Node]) -> None:
