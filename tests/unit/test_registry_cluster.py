@@ -189,3 +189,45 @@ def test_a_store_without_votes_catches_up_before_voting_even_after_a_restart() -
     after = AcceptorStore(MemoryEngine(table), A)
     assert not after.acceptor.catching_up
     assert after.acceptor.slot(K) == Slot(b, b, e)
+
+
+nodes = st.sampled_from([A, B, C])
+changes = st.one_of(
+    st.builds(
+        Claim,
+        nodes,
+        st.lists(nodes, min_size=1, max_size=2).map(tuple),
+        st.just(ONLINE),
+        st.booleans(),
+        st.integers(0, 50),
+        st.booleans(),
+        st.frozensets(nodes),
+    ),
+    st.builds(Release, st.integers(0, 50)),
+    st.builds(Relocate, st.integers(0, 50), st.lists(nodes, min_size=1, max_size=2).map(tuple)),
+    st.builds(Adopt, nodes, st.integers(1, 50), st.booleans()),
+)
+
+
+@given(st.lists(changes, max_size=40))
+def test_no_sequence_of_changes_lowers_an_epoch_or_takes_a_live_session_by_adopting(
+    seq: list[object],
+) -> None:
+    """Whatever the proposers apply, in any order: epochs never go down, a claim raises
+    the epoch unless it leaves the value as it was (a stranded queue), a tombstone keeps
+    its epoch, and Adopt never replaces a live session."""
+    value: Entry | None = None
+    for change in seq:
+        new = change.apply(value)  # type: ignore[attr-defined]
+        if value is not None:
+            assert new is not None, "a register is never emptied"
+            assert new.epoch >= value.epoch
+        if isinstance(change, Claim):
+            assert new is value or (new is not None and new.epoch > (value.epoch if value else 0))
+            if new is not value:
+                assert new is not None and new.owner == change.node and new.live
+        if isinstance(change, Adopt) and value is not None and value.live:
+            assert new is value
+        if isinstance(change, (Release, Relocate)) and value is not None:
+            assert new is not None and new.epoch == value.epoch and new.owner == value.owner
+        value = new
