@@ -54,7 +54,9 @@ def available() -> str:
 
 def _sh(*args: str, ns: str | None = None, check: bool = True) -> None:
     cmd = ["ip", "netns", "exec", ns, *args] if ns else list(args)
-    subprocess.run(cmd, check=check, capture_output=True, timeout=30)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {done.returncode}: {done.stderr.strip()}")
 
 
 @dataclass
@@ -198,10 +200,18 @@ def _network(nodes: list[NsNode]) -> None:
 
 
 def _teardown(nodes: list[NsNode]) -> None:
+    """Delete every link this module made, then the namespaces. The links go first and
+    by name: a deleted namespace is dismantled later, by the kernel, and its veth pairs
+    with it, so the next run could find their names still taken."""
+    listed = subprocess.run(
+        ["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30, check=False
+    )
+    for line in listed.stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith(PREFIX):
+            _sh("ip", "link", "del", name, check=False)
     for node in nodes:
         _sh("ip", "netns", "del", node.ns, check=False)
-    for bridge in (f"{PREFIX}brc", f"{PREFIX}brm"):
-        _sh("ip", "link", "del", bridge, check=False)
 
 
 @contextlib.contextmanager
