@@ -35,7 +35,6 @@ import json
 import os
 import random
 import time
-import traceback
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from typing import Any
 import grpc
 
 from services.common import log
+from services.common.background import report_crash
 from services.common.grpcutil import rpc_failed_as
 from services.common.peer.channel import Caller, channel
 from services.common.peer.identity import Identity
@@ -528,12 +528,3 @@ def _report_join(task: asyncio.Task[gossip_pb2.JoinClusterReply]) -> None:
     exc = task.exception()
     if exc is not None:
         log.emit("internal.error", "error", op=task.get_name(), reason=repr(exc))
-
-
-def report_crash(task: asyncio.Task[None]) -> None:
-    """A cluster task that ends with an exception is a bug: log it where operators look."""
-    if task.cancelled() or task.exception() is None:
-        return
-    exc = task.exception()
-    detail = "".join(traceback.format_exception(exc))
-    log.emit("internal.error", "error", op=task.get_name(), reason=detail)

@@ -32,8 +32,9 @@ from collections.abc import Iterable
 import grpc
 
 from services.common import log
+from services.common.background import report_crash
 from services.gossip import codec
-from services.gossip.cluster.node import ClusterNode, report_crash
+from services.gossip.cluster.node import ClusterNode
 from services.gossip.committer import CommitError, Committer, ShuttingDown
 from services.gossip.engines.base import WriteBatch
 from services.gossip.replication.digest import Digest, differing

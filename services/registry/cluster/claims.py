@@ -28,6 +28,7 @@ from collections.abc import Callable
 import grpc
 
 from services.common import log
+from services.common.background import Background
 from services.common.session_key import SessionKey
 from services.pb import quorum_pb2
 from services.registry.backends import BackendError
@@ -61,7 +62,7 @@ class Claims:
         # A node that could not be told of a newer epoch: told when it is back up
         # (``services.registry.cluster.reconcile.Reconciler.owe``; start.py sets it).
         self.owe: Callable[[str, SessionKey, int], None] = lambda node, key, epoch: None
-        self._releases: set[asyncio.Task[None]] = set()
+        self._releases = Background()
 
     def active(self) -> bool:
         """Claims are made while this node is one of several members and sees a majority;
@@ -263,9 +264,7 @@ class Claims:
         release that fails leaves an entry the next claim supersedes anyway)."""
         if not self.active():
             return
-        task = asyncio.get_running_loop().create_task(self._release(key, epoch))
-        self._releases.add(task)
-        task.add_done_callback(self._releases.discard)
+        self._releases.spawn(self._release(key, epoch), "registry-release")
 
     async def _release(self, key: SessionKey, epoch: int) -> None:
         outcome = await self.quorum.change(key, Release(epoch))
@@ -273,6 +272,4 @@ class Claims:
             log.emit("session.release_failed", "debug", client_id=key[1], epoch=epoch)
 
     async def close(self) -> None:
-        for task in list(self._releases):
-            task.cancel()
-        await asyncio.gather(*self._releases, return_exceptions=True)
+        await self._releases.close()

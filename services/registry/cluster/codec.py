@@ -44,15 +44,19 @@ def entry_of(pb: quorum_pb2.Entry) -> Entry:
     return Entry(pb.owner, pb.epoch, tuple(pb.replicas), pb.state, pb.persistent)
 
 
+def _value_pb(value: Entry | None) -> quorum_pb2.Entry | None:
+    """An unset field stands for "never written"."""
+    return entry_pb(value) if value is not None else None
+
+
 def _value(holder: quorum_pb2.Promise | quorum_pb2.Proposal | quorum_pb2.Slot) -> Entry | None:
     return entry_of(holder.value) if holder.HasField("value") else None
 
 
 def slot_pb(s: Slot) -> quorum_pb2.Slot:
-    pb = quorum_pb2.Slot(promised=ballot_pb(s.promised), accepted=ballot_pb(s.accepted))
-    if s.value is not None:
-        pb.value.CopyFrom(entry_pb(s.value))
-    return pb
+    return quorum_pb2.Slot(
+        promised=ballot_pb(s.promised), accepted=ballot_pb(s.accepted), value=_value_pb(s.value)
+    )
 
 
 def slot_of(pb: quorum_pb2.Slot) -> Slot:
@@ -70,10 +74,7 @@ def prepare_of(pb: quorum_pb2.PrepareRequest) -> Prepare:
 def accept_pb(m: Accept) -> quorum_pb2.AcceptRequest:
     proposals = []
     for p in m.proposals:
-        prop = quorum_pb2.Proposal(key=key_pb(p.key))
-        if p.value is not None:
-            prop.value.CopyFrom(entry_pb(p.value))
-        proposals.append(prop)
+        proposals.append(quorum_pb2.Proposal(key=key_pb(p.key), value=_value_pb(p.value)))
     return quorum_pb2.AcceptRequest(
         ballot=ballot_pb(m.ballot), incarnation=m.incarnation, proposals=proposals
     )
@@ -98,10 +99,11 @@ def _refusals_of(pbs: list[quorum_pb2.Refusal]) -> tuple[Refusal, ...]:
 def prepare_reply_pb(r: PrepareReply) -> quorum_pb2.PrepareReply:
     promises = []
     for p in r.promises:
-        pb = quorum_pb2.Promise(key=key_pb(p.key), accepted=ballot_pb(p.accepted))
-        if p.value is not None:
-            pb.value.CopyFrom(entry_pb(p.value))
-        promises.append(pb)
+        promises.append(
+            quorum_pb2.Promise(
+                key=key_pb(p.key), accepted=ballot_pb(p.accepted), value=_value_pb(p.value)
+            )
+        )
     return quorum_pb2.PrepareReply(
         ballot=ballot_pb(r.ballot),
         node=r.node,

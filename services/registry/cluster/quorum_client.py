@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import grpc
 
 from services.common import log
+from services.common.background import Background
 from services.common.session_key import SessionKey
 from services.registry.cluster import codec
 from services.registry.cluster.acceptor_store import AcceptorShell
@@ -55,7 +55,7 @@ class QuorumClient:
         self._queued: dict[SessionKey, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
         self._waiting: dict[SessionKey, asyncio.Future[Outcome]] = {}
         self._rounds: dict[Ballot, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background()
         self.rounds = 0  # started, for details() and tests
 
     async def change(self, key: SessionKey, change: Change) -> Outcome:
@@ -90,7 +90,7 @@ class QuorumClient:
             members = sorted(set(self.members()) | {self.node})
             ballot, out = self.proposer.propose(changes, members)
             self.rounds += 1
-            self._rounds[ballot] = self._spawn(self._expire(ballot))
+            self._rounds[ballot] = self._tasks.spawn(self._expire(ballot), "quorum-round")
             self._handle(out)
 
     async def _expire(self, ballot: Ballot) -> None:
@@ -100,7 +100,7 @@ class QuorumClient:
 
     def _handle(self, out: Output) -> None:
         for send in out.sends:
-            self._spawn(self._deliver(send))
+            self._tasks.spawn(self._deliver(send), "quorum-send")
         for outcome in out.outcomes:
             done = self._waiting.pop(outcome.key, None)
             if done is not None and not done.done():
@@ -148,12 +148,6 @@ class QuorumClient:
         apb = await stub.Accept(codec.accept_pb(msg), timeout=self.round_timeout, metadata=md)
         return codec.accept_reply_of(apb)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     def details(self) -> dict[str, object]:
         return {
             "incarnation": self.acceptor.incarnation,
@@ -162,9 +156,7 @@ class QuorumClient:
         }
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         for done in self._waiting.values():
             if not done.done():
                 done.cancel()

@@ -24,6 +24,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from services.common import log
+from services.common.background import Background
 from services.common.cluster_view import ClusterView
 from services.common.session_key import SessionKey
 from services.pb import quorum_pb2
@@ -52,7 +53,7 @@ class Reconciler:
         self.evict = evict
         self.owed: dict[str, dict[SessionKey, int]] = {}
         self._active = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background()
         self.checked = 0  # sessions checked by reconcile runs (details, tests)
         self.superseded = 0
 
@@ -74,10 +75,10 @@ class Reconciler:
     def on_view(self, view: ClusterView) -> None:
         active = len(view.members) > 1 and view.serving
         if active and not self._active:
-            self._spawn(self.reconcile())
+            self._tasks.spawn(self.reconcile(), "registry-reconcile")
         self._active = active
         for node in [n for n in self.owed if n in view.up]:
-            self._spawn(self._pay(node, self.owed.pop(node)))
+            self._tasks.spawn(self._pay(node, self.owed.pop(node)), "registry-pay")
 
     async def _pay(self, node: str, debts: dict[SessionKey, int]) -> None:
         for key, epoch in debts.items():
@@ -135,12 +136,5 @@ class Reconciler:
         elif reply.present:
             self.superseded += 1
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
