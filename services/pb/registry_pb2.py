@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from services.pb import common_pb2 as services_dot_pb_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aservices/pb/registry.proto\x12\x0fternmq.registry\x1a\x18services/pb/common.proto\"\xd3\x01\n\x0fRegisterRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0blistener_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lean_start\x18\x04 \x01(\x08\x12\x16\n\x0esession_expiry\x18\x05 \x01(\r\x12\x11\n\tproto_ver\x18\x06 \x01(\r\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x10\n\x08username\x18\x08 \x01(\t\x12\x1c\n\x14max_offline_messages\x18\t \x01(\r\"|\n\rRegisterReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x17\n\x0fsession_present\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\r\x12\x12\n\npersistent\x18\x06 \x01(\x08\"\xb0\x01\n\x13\x44isconnectedRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x13\n\x0blistener_id\x18\x03 \x01(\t\x12\x16\n\x0esession_expiry\x18\x04 \x01(\r\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\ntaken_over\x18\x06 \x01(\x08\x12\x18\n\x10no_subscriptions\x18\x07 \x01(\x08\"\x1f\n\x11\x44isconnectedReply\x12\n\n\x02ok\x18\x01 \x01(\x08\"\x94\x01\n\x0c\x43onnectionOp\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x34\n\x08register\x18\x02 \x01(\x0b\x32 .ternmq.registry.RegisterRequestH\x00\x12<\n\x0c\x64isconnected\x18\x03 \x01(\x0b\x32$.ternmq.registry.DisconnectedRequestH\x00\x42\x04\n\x02op\";\n\rConnectionOps\x12*\n\x03ops\x18\x01 \x03(\x0b\x32\x1d.ternmq.registry.ConnectionOp\"\x98\x01\n\x10\x43onnectionResult\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x32\n\x08register\x18\x02 \x01(\x0b\x32\x1e.ternmq.registry.RegisterReplyH\x00\x12:\n\x0c\x64isconnected\x18\x03 \x01(\x0b\x32\".ternmq.registry.DisconnectedReplyH\x00\x42\x08\n\x06result\"Y\n\x11\x43onnectionResults\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.ternmq.registry.ConnectionResult\x12\x10\n\x08receipts\x18\x02 \x01(\r\"1\n\x0cWatchRequest\x12\x13\n\x0blistener_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\"c\n\x08Takeover\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x11\n\told_epoch\x18\x02 \x01(\x04\x12\x11\n\tnew_epoch\x18\x03 \x01(\x04\x12\x10\n\x08new_node\x18\x04 \x01(\t\"\x9a\x01\n\x0fRegistryCommand\x12-\n\x08takeover\x18\x01 \x01(\x0b\x32\x19.ternmq.registry.TakeoverH\x00\x12$\n\x06\x65xpire\x18\x02 \x01(\x0b\x32\x12.ternmq.SessionKeyH\x00\x12\'\n\x05moved\x18\x03 \x01(\x0b\x32\x16.ternmq.registry.MovedH\x00\x42\t\n\x07\x63ommand\"6\n\x05Moved\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04node\x18\x02 \x01(\t\"B\n\x0fSessionsRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\x12\r\n\x05local\x18\x03 \x01(\x08\"\x8e\x02\n\x0bSessionInfo\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0blistener_id\x18\x03 \x01(\t\x12\x0e\n\x06online\x18\x04 \x01(\x08\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x16\n\x0esession_expiry\x18\x06 \x01(\r\x12\x14\n\x0c\x63onnected_us\x18\x07 \x01(\x03\x12\x17\n\x0f\x64isconnected_us\x18\x08 \x01(\x03\x12\x0c\n\x04peer\x18\t \x01(\t\x12\x10\n\x08username\x18\n \x01(\t\x12\x11\n\tproto_ver\x18\x0b \x01(\r\x12\x12\n\npersistent\x18\x0c \x01(\x08\x12\x0e\n\x06queued\x18\r \x01(\x08\"T\n\rSessionsReply\x12.\n\x08sessions\x18\x01 \x03(\x0b\x32\x1c.ternmq.registry.SessionInfo\x12\x13\n\x0bunreachable\x18\x02 \x03(\t2\xa3\x03\n\x08Registry\x12L\n\x08Register\x12 .ternmq.registry.RegisterRequest\x1a\x1e.ternmq.registry.RegisterReply\x12X\n\x0c\x44isconnected\x12$.ternmq.registry.DisconnectedRequest\x1a\".ternmq.registry.DisconnectedReply\x12U\n\x0b\x43onnections\x12\x1e.ternmq.registry.ConnectionOps\x1a\".ternmq.registry.ConnectionResults(\x01\x30\x01\x12J\n\x05Watch\x12\x1d.ternmq.registry.WatchRequest\x1a .ternmq.registry.RegistryCommand0\x01\x12L\n\x08Sessions\x12 .ternmq.registry.SessionsRequest\x1a\x1e.ternmq.registry.SessionsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aservices/pb/registry.proto\x12\x0fternmq.registry\x1a\x18services/pb/common.proto\"\xe2\x01\n\x0fRegisterRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0blistener_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lean_start\x18\x04 \x01(\x08\x12\x16\n\x0esession_expiry\x18\x05 \x01(\r\x12\x11\n\tproto_ver\x18\x06 \x01(\r\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x10\n\x08username\x18\x08 \x01(\t\x12\x1c\n\x14max_offline_messages\x18\t \x01(\r\x12\r\n\x05route\x18\n \x01(\t\"|\n\rRegisterReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x17\n\x0fsession_present\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\r\x12\x12\n\npersistent\x18\x06 \x01(\x08\"\xb0\x01\n\x13\x44isconnectedRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x13\n\x0blistener_id\x18\x03 \x01(\t\x12\x16\n\x0esession_expiry\x18\x04 \x01(\r\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\ntaken_over\x18\x06 \x01(\x08\x12\x18\n\x10no_subscriptions\x18\x07 \x01(\x08\"\x1f\n\x11\x44isconnectedReply\x12\n\n\x02ok\x18\x01 \x01(\x08\"\x94\x01\n\x0c\x43onnectionOp\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x34\n\x08register\x18\x02 \x01(\x0b\x32 .ternmq.registry.RegisterRequestH\x00\x12<\n\x0c\x64isconnected\x18\x03 \x01(\x0b\x32$.ternmq.registry.DisconnectedRequestH\x00\x42\x04\n\x02op\";\n\rConnectionOps\x12*\n\x03ops\x18\x01 \x03(\x0b\x32\x1d.ternmq.registry.ConnectionOp\"\x98\x01\n\x10\x43onnectionResult\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x32\n\x08register\x18\x02 \x01(\x0b\x32\x1e.ternmq.registry.RegisterReplyH\x00\x12:\n\x0c\x64isconnected\x18\x03 \x01(\x0b\x32\".ternmq.registry.DisconnectedReplyH\x00\x42\x08\n\x06result\"Y\n\x11\x43onnectionResults\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.ternmq.registry.ConnectionResult\x12\x10\n\x08receipts\x18\x02 \x01(\r\"1\n\x0cWatchRequest\x12\x13\n\x0blistener_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\"c\n\x08Takeover\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x11\n\told_epoch\x18\x02 \x01(\x04\x12\x11\n\tnew_epoch\x18\x03 \x01(\x04\x12\x10\n\x08new_node\x18\x04 \x01(\t\"\x9a\x01\n\x0fRegistryCommand\x12-\n\x08takeover\x18\x01 \x01(\x0b\x32\x19.ternmq.registry.TakeoverH\x00\x12$\n\x06\x65xpire\x18\x02 \x01(\x0b\x32\x12.ternmq.SessionKeyH\x00\x12\'\n\x05moved\x18\x03 \x01(\x0b\x32\x16.ternmq.registry.MovedH\x00\x42\t\n\x07\x63ommand\"6\n\x05Moved\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04node\x18\x02 \x01(\t\"B\n\x0fSessionsRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\x12\r\n\x05local\x18\x03 \x01(\x08\"\x8e\x02\n\x0bSessionInfo\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0blistener_id\x18\x03 \x01(\t\x12\x0e\n\x06online\x18\x04 \x01(\x08\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x16\n\x0esession_expiry\x18\x06 \x01(\r\x12\x14\n\x0c\x63onnected_us\x18\x07 \x01(\x03\x12\x17\n\x0f\x64isconnected_us\x18\x08 \x01(\x03\x12\x0c\n\x04peer\x18\t \x01(\t\x12\x10\n\x08username\x18\n \x01(\t\x12\x11\n\tproto_ver\x18\x0b \x01(\r\x12\x12\n\npersistent\x18\x0c \x01(\x08\x12\x0e\n\x06queued\x18\r \x01(\x08\"T\n\rSessionsReply\x12.\n\x08sessions\x18\x01 \x03(\x0b\x32\x1c.ternmq.registry.SessionInfo\x12\x13\n\x0bunreachable\x18\x02 \x03(\t2\xa3\x03\n\x08Registry\x12L\n\x08Register\x12 .ternmq.registry.RegisterRequest\x1a\x1e.ternmq.registry.RegisterReply\x12X\n\x0c\x44isconnected\x12$.ternmq.registry.DisconnectedRequest\x1a\".ternmq.registry.DisconnectedReply\x12U\n\x0b\x43onnections\x12\x1e.ternmq.registry.ConnectionOps\x1a\".ternmq.registry.ConnectionResults(\x01\x30\x01\x12J\n\x05Watch\x12\x1d.ternmq.registry.WatchRequest\x1a .ternmq.registry.RegistryCommand0\x01\x12L\n\x08Sessions\x12 .ternmq.registry.SessionsRequest\x1a\x1e.ternmq.registry.SessionsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,35 +33,35 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'services.pb.registry_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REGISTERREQUEST']._serialized_start=74
-  _globals['_REGISTERREQUEST']._serialized_end=285
-  _globals['_REGISTERREPLY']._serialized_start=287
-  _globals['_REGISTERREPLY']._serialized_end=411
-  _globals['_DISCONNECTEDREQUEST']._serialized_start=414
-  _globals['_DISCONNECTEDREQUEST']._serialized_end=590
-  _globals['_DISCONNECTEDREPLY']._serialized_start=592
-  _globals['_DISCONNECTEDREPLY']._serialized_end=623
-  _globals['_CONNECTIONOP']._serialized_start=626
-  _globals['_CONNECTIONOP']._serialized_end=774
-  _globals['_CONNECTIONOPS']._serialized_start=776
-  _globals['_CONNECTIONOPS']._serialized_end=835
-  _globals['_CONNECTIONRESULT']._serialized_start=838
-  _globals['_CONNECTIONRESULT']._serialized_end=990
-  _globals['_CONNECTIONRESULTS']._serialized_start=992
-  _globals['_CONNECTIONRESULTS']._serialized_end=1081
-  _globals['_WATCHREQUEST']._serialized_start=1083
-  _globals['_WATCHREQUEST']._serialized_end=1132
-  _globals['_TAKEOVER']._serialized_start=1134
-  _globals['_TAKEOVER']._serialized_end=1233
-  _globals['_REGISTRYCOMMAND']._serialized_start=1236
-  _globals['_REGISTRYCOMMAND']._serialized_end=1390
-  _globals['_MOVED']._serialized_start=1392
-  _globals['_MOVED']._serialized_end=1446
-  _globals['_SESSIONSREQUEST']._serialized_start=1448
-  _globals['_SESSIONSREQUEST']._serialized_end=1514
-  _globals['_SESSIONINFO']._serialized_start=1517
-  _globals['_SESSIONINFO']._serialized_end=1787
-  _globals['_SESSIONSREPLY']._serialized_start=1789
-  _globals['_SESSIONSREPLY']._serialized_end=1873
-  _globals['_REGISTRY']._serialized_start=1876
-  _globals['_REGISTRY']._serialized_end=2295
+  _globals['_REGISTERREQUEST']._serialized_end=300
+  _globals['_REGISTERREPLY']._serialized_start=302
+  _globals['_REGISTERREPLY']._serialized_end=426
+  _globals['_DISCONNECTEDREQUEST']._serialized_start=429
+  _globals['_DISCONNECTEDREQUEST']._serialized_end=605
+  _globals['_DISCONNECTEDREPLY']._serialized_start=607
+  _globals['_DISCONNECTEDREPLY']._serialized_end=638
+  _globals['_CONNECTIONOP']._serialized_start=641
+  _globals['_CONNECTIONOP']._serialized_end=789
+  _globals['_CONNECTIONOPS']._serialized_start=791
+  _globals['_CONNECTIONOPS']._serialized_end=850
+  _globals['_CONNECTIONRESULT']._serialized_start=853
+  _globals['_CONNECTIONRESULT']._serialized_end=1005
+  _globals['_CONNECTIONRESULTS']._serialized_start=1007
+  _globals['_CONNECTIONRESULTS']._serialized_end=1096
+  _globals['_WATCHREQUEST']._serialized_start=1098
+  _globals['_WATCHREQUEST']._serialized_end=1147
+  _globals['_TAKEOVER']._serialized_start=1149
+  _globals['_TAKEOVER']._serialized_end=1248
+  _globals['_REGISTRYCOMMAND']._serialized_start=1251
+  _globals['_REGISTRYCOMMAND']._serialized_end=1405
+  _globals['_MOVED']._serialized_start=1407
+  _globals['_MOVED']._serialized_end=1461
+  _globals['_SESSIONSREQUEST']._serialized_start=1463
+  _globals['_SESSIONSREQUEST']._serialized_end=1529
+  _globals['_SESSIONINFO']._serialized_start=1532
+  _globals['_SESSIONINFO']._serialized_end=1802
+  _globals['_SESSIONSREPLY']._serialized_start=1804
+  _globals['_SESSIONSREPLY']._serialized_end=1888
+  _globals['_REGISTRY']._serialized_start=1891
+  _globals['_REGISTRY']._serialized_end=2310
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("key", "node", "listener_id", "clean_start", "session_expiry", "proto_ver", "peer", "username", "max_offline_messages")
+    __slots__ = ("key", "node", "listener_id", "clean_start", "session_expiry", "proto_ver", "peer", "username", "max_offline_messages", "route")
     KEY_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class RegisterRequest(_message.Message):
     PEER_FIELD_NUMBER: _ClassVar[int]
     USERNAME_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFLINE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     node: str
     listener_id: str
@@ -27,7 +28,8 @@ class RegisterRequest(_message.Message):
     peer: str
     username: str
     max_offline_messages: int
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., clean_start: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., max_offline_messages: _Optional[int] = ...) -> None: ...
+    route: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., clean_start: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., max_offline_messages: _Optional[int] = ..., route: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("ok", "epoch", "session_present", "reason", "reason_code", "persistent")

@@ -23,6 +23,12 @@ def from_pb_key(key: common_pb2.SessionKey) -> SessionKey:
     return (key.mountpoint, key.client_id)
 
 
+def moved_command(key: SessionKey, route: str) -> registry_pb2.RegistryCommand:
+    """Tell listeners that ``key``'s copies go to ``route`` (a node, or one of a node's
+    listener processes) from now on."""
+    return registry_pb2.RegistryCommand(moved=registry_pb2.Moved(key=pb_key(key), node=route))
+
+
 def to_info(s: Session) -> registry_pb2.SessionInfo:
     return registry_pb2.SessionInfo(
         key=pb_key(s.key),

@@ -65,7 +65,7 @@ from services.registry.engines.base import StoreError
 from services.registry.leadership import View, decide, replicas
 from services.registry.locks import KeyedLocks
 from services.registry.queue_calls import QueueCalls
-from services.registry.records import directory_ops, pb_key, subs_ops
+from services.registry.records import directory_ops, moved_command, pb_key, subs_ops
 from services.registry.sessions import (
     US,
     Connect,
@@ -278,6 +278,12 @@ class Registrar:
                 return self._store_failed("register", store_error)
             if behind is not None:
                 self.queues.open_behind(behind)
+            if plan.session_present and c.route and len(self.hub) > 1:
+                # Several listener processes: the others may hold the session's
+                # subscriptions as another process's (or their own, from an earlier
+                # connection); they route its copies to the new one from now on, before
+                # its queue is replayed there.
+                self.hub.broadcast(moved_command(c.key, c.route))
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
 
     def _refused_behind(self, step: OpenQueue, exc: BackendError) -> None:

@@ -68,6 +68,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
                 peer=request.peer,
                 username=request.username,
                 max_offline_messages=request.max_offline_messages,
+                route=sys.intern(request.route),
             ),
             shield,
         )

@@ -122,6 +122,7 @@ class Connect:
     peer: str = ""
     username: str = ""
     max_offline_messages: int = 0  # 0 = the node's setting
+    route: str = ""  # the listener process's routing name ("" = node)
 
 
 # -- steps the server executes, in order --------------------------------------------

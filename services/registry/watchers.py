@@ -96,6 +96,9 @@ class WatchHub:
             return None
         return watcher
 
+    def __len__(self) -> int:
+        return len(self._watchers)
+
     def broadcast(self, command: registry_pb2.RegistryCommand) -> int:
         return sum(w.push(command) for w in list(self._watchers.values()))
 

@@ -33,7 +33,7 @@ from services.common.session_key import SessionKey
 from services.pb import quorum_pb2
 from services.registry.backends import BackendError
 from services.registry.cluster import codec
-from services.registry.cluster.handover import Taken, adopted, moved_command, open_step
+from services.registry.cluster.handover import Taken, adopted, open_step
 from services.registry.cluster.peers import Peers
 from services.registry.cluster.quorum_client import QuorumClient
 from services.registry.quorum.proposer import Committed
@@ -46,6 +46,7 @@ from services.registry.quorum.register import (
     Relocate,
     holders,
 )
+from services.registry.records import moved_command
 from services.registry.registrar import ClaimRefused, Registrar
 from services.registry.sessions import Connect, Session
 
@@ -121,7 +122,7 @@ class Claims:
         elif resume:
             taken = await self._handover(c.key, source, value.epoch, resume)
             if taken.present and taken.persistent:
-                await self._move_queue(c.key, source, value, taken)
+                await self._move_queue(c.key, source, value, taken, c.route or node)
                 return  # adopted: the local copy is replaced
         elif not await self.evict(source, c.key, value.epoch):
             self.owe(source, c.key, value.epoch)  # paused or cut off: told when it answers
@@ -184,9 +185,12 @@ class Claims:
             last_seq=reply.last_seq,
         )
 
-    async def _move_queue(self, key: SessionKey, source: str, value: Entry, taken: Taken) -> None:
+    async def _move_queue(
+        self, key: SessionKey, source: str, value: Entry, taken: Taken, route: str
+    ) -> None:
         """Copy, record the move, then let the old node delete its copy (and hand over
-        what reached it meanwhile)."""
+        what reached it meanwhile). ``route``: the listener process the session registers
+        on, where both nodes' listeners send its copies."""
         r = self.registrar
         node = r.settings.node
         try:
@@ -196,7 +200,7 @@ class Claims:
             raise ClaimRefused(f"the handed-over queue could not be stored: {exc}") from None
         # This node's listeners hold the session's copies here from now on (appended
         # after what was handed over), not as strangers' to drop.
-        r.hub.broadcast(moved_command(key, node))
+        r.hub.broadcast(moved_command(key, route))
         moved = await self.quorum.change(key, Relocate(value.epoch, (node,)))
         if (
             not isinstance(moved, Committed)
@@ -210,6 +214,7 @@ class Claims:
             node=node,
             phase=quorum_pb2.HANDOVER_RELEASE,
             after_seq=taken.last_seq,
+            route=route,
         )
         try:
             tail = await self._call(source, release)

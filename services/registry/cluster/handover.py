@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 
 from services.common import log
 from services.common.session_key import SessionKey
-from services.pb import msgstore_pb2, quorum_pb2, registry_pb2
+from services.pb import msgstore_pb2, quorum_pb2
 from services.registry.backends import BackendError
 from services.registry.cluster import codec
+from services.registry.records import moved_command
 from services.registry.sessions import US, DeleteQueue, NotifyTakeover, OpenQueue, Session
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class Giver:
             return quorum_pb2.HandoverReply(present=False)
         # From now on this node's listeners send the session's copies to its new node;
         # what reached the queue before that goes in the tail.
-        r.hub.broadcast(moved_command(key, req.node))
+        r.hub.broadcast(moved_command(key, req.route or req.node))
         entries, _ = await r.backends.read_queue(key, given.epoch, req.after_seq)
         await r.queues.delete(DeleteQueue(key, req.epoch, "taken over"))
         reply = quorum_pb2.HandoverReply(present=True, persistent=True)
@@ -160,10 +161,6 @@ def adopted(key: SessionKey, node: str, epoch: int, taken: Taken, now_us: int) -
         disconnected_us=now_us,
         queued=True,
     )
-
-
-def moved_command(key: SessionKey, node: str) -> registry_pb2.RegistryCommand:
-    return registry_pb2.RegistryCommand(moved=registry_pb2.Moved(key=codec.key_pb(key), node=node))
 
 
 def open_step(key: SessionKey, epoch: int) -> OpenQueue:
