@@ -303,8 +303,12 @@ def setup(
     rotate_size: int = 100 * 1024 * 1024,
     rotate_keep: int = 10,
     spool: bool = False,
+    stem: str = "",
 ) -> None:
     """Configure logging for this process; call once at start-up.
+
+    ``stem``: the log file's name without ``.jsonl`` (default ``service``), for a service
+    that runs as several processes on one node, each with its own file.
 
     ``spool``: the per-message events are not formatted here but written, as records, to
     a spool that a converter process turns into the same JSON lines
@@ -320,10 +324,14 @@ def setup(
     _state.console = console
     _state.message_events = message_events
     if log_dir and spool and console != "json":
-        _state.writer = SpoolWriter(Path(log_dir), service, node, rotate_size, rotate_keep)
+        _state.writer = SpoolWriter(
+            Path(log_dir), service, node, rotate_size, rotate_keep, stem or service
+        )
         _state.spool = True
     elif log_dir:
-        _state.writer = JsonlWriter(Path(log_dir) / f"{service}.jsonl", rotate_size, rotate_keep)
+        _state.writer = JsonlWriter(
+            Path(log_dir) / f"{stem or service}.jsonl", rotate_size, rotate_keep
+        )
     if log_dir:
         if _state.flusher is None:
             _state.stop.clear()

@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spool", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--service", required=True)
+    parser.add_argument("--stem", default="", help="the spool's and log file's name")
     parser.add_argument("--node", required=True)
     parser.add_argument("--rotate-size", type=int, default=100 * 1024 * 1024)
     parser.add_argument("--keep", type=int, default=10)
@@ -258,13 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         out.lines.extend(lines)
         out.flush()
 
-    own = spool_dir(args.spool.parent, args.service, args.parent)
+    stem = args.stem or args.service
+    own = spool_dir(args.spool.parent, stem, args.parent)
     # Locked first: a writer dead before this line must not look like an orphan to
     # adopt_orphans, which would drain and remove the directory from under us.
     lock_fd = _locked(own)
     if lock_fd is None:  # a restarted converter while the one before still runs
         return 0
-    adopt_orphans(args.spool, args.service, write)
+    adopt_orphans(args.spool, stem, write)
     converter = Converter(own, args.parent, write, (args.node, args.service))
     while True:
         # Read before the pass: the pass after the service went away sees all it wrote.

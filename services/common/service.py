@@ -31,7 +31,7 @@ EXIT_FAILED = 1
 SPOOLED = ("listener", "msgstore")
 
 
-def setup_logging(service: str, config: Config) -> None:
+def setup_logging(service: str, config: Config, stem: str = "") -> None:
     log.setup(
         service=service,
         node=config["nodename"],
@@ -42,6 +42,7 @@ def setup_logging(service: str, config: Config) -> None:
         rotate_size=config["log.rotate_size"],
         rotate_keep=config["log.rotate_keep"],
         spool=config["log.spool"] and service in SPOOLED,
+        stem=stem,
     )
 
 
@@ -50,9 +51,10 @@ def setup_logging(service: str, config: Config) -> None:
 GC_THRESHOLDS = (20_000, 20, 100)
 
 
-def run(service: str, config: Config, serve: Serve) -> int:
-    """Run ``serve`` until SIGTERM/SIGINT; return the process exit status."""
-    setup_logging(service, config)
+def run(service: str, config: Config, serve: Serve, stem: str = "") -> int:
+    """Run ``serve`` until SIGTERM/SIGINT; return the process exit status. ``stem``
+    names the log file when the service runs as several processes."""
+    setup_logging(service, config, stem)
     gc.set_threshold(*GC_THRESHOLDS)
 
     async def main() -> None:

@@ -52,9 +52,18 @@ class SpoolWriter(BufferedWriter):
     ``JsonlWriter`` does, but writes them to the spool, and a converter process
     (started here, restarted if it dies) writes the ``.jsonl``."""
 
-    def __init__(self, log_dir: Path, service: str, node: str, rotate_size: int, keep: int) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        service: str,
+        node: str,
+        rotate_size: int,
+        keep: int,
+        stem: str = "",
+    ) -> None:
         super().__init__()
-        self.dir = spool_dir(log_dir, service, os.getpid())
+        stem = stem or service  # the file's name: one per process of a service
+        self.dir = spool_dir(log_dir, stem, os.getpid())
         self.dir.mkdir(parents=True, exist_ok=True)
         # Whose records these are, for whoever converts them if we and our converter die.
         (self.dir / "meta").write_text(json.dumps({"node": node, "service": service}))
@@ -65,8 +74,9 @@ class SpoolWriter(BufferedWriter):
         self._argv = [
             sys.executable, "-m", "services.common.logspool",
             "--spool", str(log_dir / "spool"),
-            "--out", str(log_dir / f"{service}.jsonl"),
+            "--out", str(log_dir / f"{stem}.jsonl"),
             "--service", service,
+            "--stem", stem,
             "--node", node,
             "--rotate-size", str(rotate_size),
             "--keep", str(keep),

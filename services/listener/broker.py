@@ -76,8 +76,12 @@ class Broker:
         registry: registry_pb2_grpc.RegistryStub,
         gossip: gossip_pb2_grpc.GossipStub,
         metrics: MetricsRegistry,
+        route: str = "",
     ) -> None:
         self.node = settings.nodename
+        # This process as a routing target (``processes.route_name``): the node, or
+        # "node/K" for a node's listener process K > 0.
+        self.own_route = route or self.node
         self.listener_id = listener_id
         self.store = store
         self.registry = registry
@@ -89,17 +93,22 @@ class Broker:
         self.stream_high = max(online // 2, self.flow.high) if online > 0 else 1 << 30
         policy = SharedPolicy(settings.shared_subscription_policy)
         self.router: Router[ClientPort] = Router(
-            self.node, policy, settings.upgrade_outgoing_qos, random.Random()
+            self.own_route, policy, settings.upgrade_outgoing_qos, random.Random(), self.node
         )
         self.sessions = self.router.targets  # the connections online here, by session key
-        self.meta = MetaWriter(gossip, self.node)
+        self.meta = MetaWriter(gossip, self.own_route)
         self._last_id: int = 0  # a native int: next(count) plus f"{:x}" cost more per publish
-        self._id_prefix = f"{self.node.split('@')[0]}-{int(time.time() * 1000) % 10**10:x}-"
+        # unique per process: sibling processes start within the same millisecond
+        process = self.own_route[len(self.node) :].replace("/", ".")
+        self._id_prefix = (
+            f"{self.node.split('@')[0]}{process}-{int(time.time() * 1000) % 10**10:x}-"
+        )
         # bound once: every session holds it, and each attribute access would make a new one
         self.msg_id_source: Callable[[], str] = self.next_msg_id
         self.wills = Wills(self._publish_will, self.msg_id_source)
         self.lifecycle = Lifecycle(
             self.node,
+            self.own_route,
             listener_id,
             max(settings.max_offline_messages, 0),
             registry,
@@ -131,6 +140,7 @@ class Broker:
         self.split_reason = ""
         self.forwarder = Forwarder(
             self.node,
+            self.own_route,
             listener_id,
             settings.cookie,
             settings.forward_queue,
@@ -370,7 +380,7 @@ class Broker:
                     sub.retain_as_published,
                     sub.retain_handling,
                     req.sub_id,
-                    self.node,
+                    self.own_route,
                     client.persistent,
                 ),
             )

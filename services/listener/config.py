@@ -13,6 +13,7 @@ from typing import Any, Literal
 from services.common.config import Config
 from services.common.settings import Setting
 from services.common.typed_settings import setting
+from services.listener.processes import MAX_PROCESSES
 
 UNLIMITED = 0
 
@@ -72,7 +73,19 @@ SETTINGS: list[Setting] = [
         "listener.reuse_port",
         "bool",
         "on",
-        "Bind with SO_REUSEPORT so several listener processes can share a port.",
+        "Bind with SO_REUSEPORT so several listener processes can share a port "
+        "(always on with listener.processes > 1).",
+    ),
+    Setting(
+        "listener.processes",
+        "int",
+        "1",
+        "Listener processes of this node, sharing its MQTT ports (SO_REUSEPORT; the kernel "
+        "spreads connections over them). They route to each other as nodes do; process K "
+        "> 0 logs to listener-K.jsonl and takes listener.admin_address with -K (a unix "
+        "socket) or +K (a port).",
+        minimum=1,
+        maximum=MAX_PROCESSES,
     ),
     # -- authentication ----------------------------------------------------------------
     Setting(
@@ -368,6 +381,7 @@ class ListenerSettings:
     )
     max_pending_bytes: int = setting("max_pending_bytes")
     reuse_port: bool = setting("listener.reuse_port")
+    processes: int = setting("listener.processes")
     passwd_enabled: bool = setting("plugins.ternmq_passwd")
     password_reload_interval: float = setting("ternmq_passwd.password_reload_interval")
     acl_reload_interval: float = setting("ternmq_acl.acl_reload_interval")

@@ -49,6 +49,7 @@ class Lifecycle:
         "meta",
         "node",
         "registry_client",
+        "route",
         "router",
         "spawn",
         "store",
@@ -58,6 +59,7 @@ class Lifecycle:
     def __init__(
         self,
         node: str,
+        route: str,
         listener_id: str,
         max_offline: int,
         registry: registry_pb2_grpc.RegistryStub,
@@ -67,7 +69,8 @@ class Lifecycle:
         meta: MetaWriter,
         spawn: Callable[[Awaitable[Any], str], None],
     ) -> None:
-        self.node = node
+        self.node = node  # registrations are the node's
+        self.route = route  # copies for this process's sessions come here
         self.listener_id = listener_id
         self.max_offline = max_offline
         self.registry_client = RegistryClient(registry, self._late_register)
@@ -92,6 +95,7 @@ class Lifecycle:
         r.key.mountpoint = req.mountpoint
         r.key.client_id = req.client_id
         r.node = self.node
+        r.route = self.route
         r.listener_id = self.listener_id
         r.clean_start = req.clean_start
         r.session_expiry = req.session_expiry
@@ -148,24 +152,24 @@ class Lifecycle:
             self.spawn(self._resume(conn, key, reply.epoch), "resume")
 
     def _reown(self, key: SessionKey) -> None:
-        """A session resumed here that lived on another node (its subscriptions name
-        that node): they are this node's now, here and in gossip."""
+        """A session resumed here that lived on another node or listener process (its
+        subscriptions name that route): they are this process's now, here and in gossip."""
         opts = self.router.trie.options_of(key)
-        if opts is None or not opts.node or opts.node == self.node:
+        if opts is None or not opts.node or opts.node == self.route:
             return
-        subs = self.router.move(key, self.node)
+        subs = self.router.move(key, self.route)
         self.spawn(self.meta.put_subscriptions(key, subs), "reown")
 
-    def moved(self, key: common_pb2.SessionKey, node: str) -> None:
-        """The registry handed this session to ``node``: copies for it go there now,
-        ahead of gossip (not while a connection here still holds it). Handed to this
-        node, the subscriptions are rewritten in gossip as this node's at once, so other
-        nodes route here before the client is even answered."""
+    def moved(self, key: common_pb2.SessionKey, route: str) -> None:
+        """The registry handed this session to ``route`` (a node or a listener process):
+        copies for it go there now, ahead of gossip (not while a connection here still
+        holds it). Handed to this process, the subscriptions are rewritten in gossip as
+        its own at once, so others route here before the client is even answered."""
         sk = (key.mountpoint, key.client_id)
         if sk in self.router.targets:
             return
-        subs = self.router.move(sk, node)
-        if subs and node == self.node:  # handed to this node: the subscriptions are ours
+        subs = self.router.move(sk, route)
+        if subs and route == self.route:  # handed to this process: the subscriptions are ours
             self.spawn(self.meta.put_subscriptions(sk, subs), "reown")
 
     async def _resume(self, conn: ClientPort, key: SessionKey, epoch: int) -> None:

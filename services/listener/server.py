@@ -34,7 +34,7 @@ from services.common.metrics import MetricsRegistry, SampleValue
 from services.common.peer import channel as peer_channel
 from services.common.service import started
 from services.common.typed_settings import build
-from services.listener import convert, systree
+from services.listener import convert, processes, systree
 from services.listener.auth.authorizer import Authorizer, from_config
 from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
@@ -136,21 +136,27 @@ async def _watch_registry(
         backoff = min(backoff * 2, 2.0)
 
 
-async def _start_forwarding(broker: Broker, settings: ListenerSettings) -> grpc.aio.Server:
-    """Take other nodes' forwarded copies on ``cluster.forward_listen``, and tell the
-    cluster where (gossip prefix ``listeners``), before any client can connect."""
+async def _start_forwarding(
+    broker: Broker, settings: ListenerSettings, index: int
+) -> grpc.aio.Server:
+    """Take other nodes' (and sibling processes') forwarded copies on
+    ``cluster.forward_listen``, and tell the cluster where (gossip prefix ``listeners``,
+    keyed by this process's route), before any client can connect."""
     peers = peer_channel.create_server(settings.cookie)
     forward_pb2_grpc.add_ForwardServicer_to_server(ForwardServicer(broker.accept_forwarded), peers)
-    host = settings.forward_listen.rpartition(":")[0]
-    port = peers.add_insecure_port(settings.forward_listen)
+    address = processes.forward_address(settings.forward_listen, index)
+    host = address.rpartition(":")[0]
+    port = peers.add_insecure_port(address)
     if port == 0:
-        raise OSError(f"cannot bind cluster.forward_listen {settings.forward_listen}")
+        raise OSError(f"cannot bind cluster.forward_listen {address}")
     await peers.start()
     record = forward_pb2.ListenerRecord(
-        node=broker.node, address=f"{host}:{port}", incarnation=broker.forwarder.incarnation
+        node=broker.own_route, address=f"{host}:{port}", incarnation=broker.forwarder.incarnation
     )
     op = gossip_pb2.MetaOp(
-        prefix="listeners", key=convert.meta_key("", broker.node), value=record.SerializeToString()
+        prefix="listeners",
+        key=convert.meta_key("", broker.own_route),
+        value=record.SerializeToString(),
     )
     await broker.gossip.Put(gossip_pb2.PutRequest(ops=[op]), timeout=_READY_TIMEOUT)
     return peers
@@ -201,9 +207,12 @@ def _own_samples(metrics: MetricsRegistry) -> systree.Source:
     return samples
 
 
-async def serve(config: Config, stop: asyncio.Event) -> None:
+async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
+    """Run listener process ``index`` of ``listener.processes`` until ``stop``."""
     settings = build(ListenerSettings, config)
     node = settings.nodename
+    if not 0 <= index < max(settings.processes, 1):
+        raise OSError(f"listener process {index} of listener.processes = {settings.processes}")
     metrics = MetricsRegistry()
     lm = ListenerMetrics(metrics)
     addresses = {name: service_address(config, name) for name in ("registry", "gossip", "msgstore")}
@@ -219,6 +228,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         registry_pb2_grpc.RegistryStub(channels["registry"]),
         gossip_pb2_grpc.GossipStub(channels["gossip"]),
         metrics,
+        processes.route_name(node, index),
     )
     meta_ready = asyncio.Event()
     follower = ViewFollower(broker.gossip, node, broker.set_view)
@@ -231,7 +241,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     await asyncio.wait_for(store.connected.wait(), _READY_TIMEOUT)
     await asyncio.wait_for(broker.registry_client.connected.wait(), _READY_TIMEOUT)
     await asyncio.wait_for(meta_ready.wait(), _READY_TIMEOUT)
-    peers = await _start_forwarding(broker, settings)
+    peers = await _start_forwarding(broker, settings, index)
 
     authorizer = _authorizer(config)
     tasks.append(asyncio.create_task(_reload_auth(authorizer, settings.auth_reload_interval, stop)))
@@ -250,7 +260,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         ),
         admin,
     )
-    admin_addr = service_address(config, "listener")
+    admin_addr = processes.admin_address(service_address(config, "listener"), index)
     bind(admin, admin_addr)
     await admin.start()
 
@@ -270,12 +280,22 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
                 broker, lst, limits, authorizer, lm, slow_auth, gate, settings.max_pending_bytes
             )
 
-        servers.append(await _start_tcp(lst, factory, settings.reuse_port))
+        reuse_port = settings.reuse_port or settings.processes > 1
+        servers.append(await _start_tcp(lst, factory, reuse_port))
         started(f"mqtt://{lst.host}:{lst.port}")
     broker.accepting = True
-    if settings.systree_enabled:
-        sources: list[systree.Source] = [_own_samples(metrics)]
-        sources += [systree.admin_source(name, chan) for name, chan in channels.items()]
+    if settings.systree_enabled and index == 0:  # one $SYS publisher per node
+        own = [_own_samples(metrics)]
+        for k in range(1, settings.processes):
+            sibling = processes.admin_address(service_address(config, "listener"), k)
+            channels[processes.child_name(k)] = chan = channel(sibling)
+            own.append(systree.admin_source(processes.child_name(k), chan))
+        sources: list[systree.Source] = [systree.summed(own)]
+        sources += [
+            systree.admin_source(name, chan)
+            for name, chan in channels.items()
+            if name in ("registry", "gossip", "msgstore")
+        ]
         tasks.append(
             asyncio.create_task(
                 systree.run(

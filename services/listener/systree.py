@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 
 import grpc
 
@@ -45,6 +46,25 @@ def admin_source(service: str, channel: grpc.aio.Channel) -> Source:
             rpc_failed(service, "Metrics", exc, level="info")
             return []
         return samples_from_pb(reply)
+
+    return samples
+
+
+def summed(sources: Sequence[Source]) -> Source:
+    """The node's listener processes as one: equal series (name and labels) added up,
+    as the counts of a node with one process would be."""
+    if len(sources) == 1:
+        return sources[0]
+
+    async def samples() -> list[SampleValue]:
+        first: dict[tuple[str, tuple[tuple[str, str], ...]], SampleValue] = {}
+        total: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for batch in await asyncio.gather(*(source() for source in sources)):
+            for s in batch:
+                series = (s.name, tuple(sorted(s.labels.items())))
+                first.setdefault(series, s)
+                total[series] = total.get(series, 0.0) + s.value
+        return [replace(s, value=total[series]) for series, s in first.items()]
 
     return samples
 

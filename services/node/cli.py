@@ -8,6 +8,7 @@ Every command loads the whole node's schema, so a service started alone
 from __future__ import annotations
 
 import faulthandler
+import functools
 import importlib
 import sys
 from pathlib import Path
@@ -40,10 +41,14 @@ def load_config(path: str | None, sets: tuple[str, ...] = ()) -> Any:
         sys.exit(EXIT_CONFIG)
 
 
-def run_service(name: str, config: Any) -> int:
+def run_service(name: str, config: Any, process: int = 0) -> int:
     from services.common.service import run
+    from services.listener.processes import child_name
 
     server = importlib.import_module(f"services.{name}.server")
+    if name == "listener":
+        serve = functools.partial(server.serve, index=process)
+        return run(name, config, serve, child_name(process))
     return run(name, config, server.serve)
 
 
@@ -56,9 +61,18 @@ def cli() -> None:
 @click.argument("name", type=click.Choice(["listener", "registry", "gossip", "msgstore"]))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key.")
-def service(name: str, config_path: str | None, sets: tuple[str, ...]) -> None:
+@click.option(
+    "--process",
+    type=click.IntRange(0, None),
+    default=0,
+    show_default=True,
+    help="listener only: which of listener.processes this is.",
+)
+def service(name: str, config_path: str | None, sets: tuple[str, ...], process: int) -> None:
     """Run one service of a node in the foreground."""
-    sys.exit(run_service(name, load_config(config_path, sets)))
+    if process and name != "listener":
+        raise click.UsageError("--process applies to the listener only")
+    sys.exit(run_service(name, load_config(config_path, sets), process))
 
 
 @cli.command()

@@ -29,6 +29,7 @@ from services.common.grpcutil import CHANNEL_OPTIONS, samples_from_pb, service_a
 from services.common.metrics import SampleValue, render_prometheus
 from services.common.supervisor import ChildStatus
 from services.listener.config import tcp_listeners
+from services.listener.processes import admin_address, child_name
 from services.listener.routing.topics import topic_matches
 from services.pb import (
     common_pb2,
@@ -49,9 +50,13 @@ class NodeClient:
     """Synchronous gRPC access to the node's services, for the HTTP thread."""
 
     def __init__(self, config: Config) -> None:
+        services = ("listener", "registry", "gossip", "msgstore")
+        addresses = {name: service_address(config, name) for name in services}
+        for k in range(1, config["listener.processes"]):
+            addresses[child_name(k)] = admin_address(addresses["listener"], k)
         self.channels = {
-            name: grpc.insecure_channel(service_address(config, name), options=CHANNEL_OPTIONS)
-            for name in ("listener", "registry", "gossip", "msgstore")
+            name: grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            for name, address in addresses.items()
         }
 
     def status(self, name: str) -> dict[str, Any]:

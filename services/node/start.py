@@ -19,6 +19,7 @@ from services.common import log
 from services.common.config import Config
 from services.common.service import setup_logging
 from services.common.supervisor import ChildSpec, RestartPolicy, Supervisor
+from services.listener.processes import child_name
 from services.node.http_api import HttpApi
 
 SERVICES = ("msgstore", "gossip", "registry", "listener")
@@ -32,11 +33,18 @@ def write_node_conf(config: Config) -> Path:
     return path
 
 
-def children(conf_path: Path) -> list[ChildSpec]:
-    return [
-        ChildSpec(name, (sys.executable, "-m", f"services.{name}", "--config", str(conf_path)))
-        for name in SERVICES
-    ]
+def children(conf_path: Path, listeners: int = 1) -> list[ChildSpec]:
+    """The node's services, the listener as ``listeners`` processes (``listener``,
+    ``listener-1``, …), each started with the node's effective configuration."""
+    out = []
+    for name in SERVICES:
+        argv = (sys.executable, "-m", f"services.{name}", "--config", str(conf_path))
+        if name != "listener":
+            out.append(ChildSpec(name, argv))
+            continue
+        for k in range(max(listeners, 1)):
+            out.append(ChildSpec(child_name(k), (*argv, "--process", str(k))))
+    return out
 
 
 def restart_policy(config: Config) -> RestartPolicy:
@@ -56,7 +64,8 @@ def start_node(config: Config) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        sup = Supervisor(children(write_node_conf(config)), restart_policy(config))
+        specs = children(write_node_conf(config), config["listener.processes"])
+        sup = Supervisor(specs, restart_policy(config))
         api = HttpApi(config, sup.status, sup.started_at)
         api.start()
         log.emit("service.started", address=str(config["listener.http.default"]), pid=os.getpid())

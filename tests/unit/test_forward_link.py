@@ -178,7 +178,9 @@ def test_a_congested_link_holds_its_publishers_until_it_drains() -> None:
     from services.pb import forward_pb2
 
     async def run() -> None:
-        fw = Forwarder("a@h", "a@h/l", "cookie", 10 * LINK_LIMITS.high, 60.0, lambda *a: None)
+        fw = Forwarder(
+            "a@h", "a@h", "a@h/l", "cookie", 10 * LINK_LIMITS.high, 60.0, lambda *a: None
+        )
         pub = _Publisher()
         try:
             for _ in range(LINK_LIMITS.high - 1):

@@ -48,6 +48,7 @@ def test_a_connection_gone_before_its_resume_reads_no_queue() -> None:
         channel = grpc.aio.insecure_channel("unix:///nonexistent/ternmq-test.sock")
         life = Lifecycle(
             "n",
+            "n",
             "l",
             0,
             registry_pb2_grpc.RegistryStub(channel),

@@ -192,11 +192,13 @@ class PeerLink:
 
 
 class Forwarder:
-    """Every link of this listener to the other nodes' listeners."""
+    """Every link of this listener to the other nodes' listeners (and to its own node's
+    other listener processes, which are routes as other nodes are)."""
 
     def __init__(
         self,
         node: str,
+        route: str,
         sender: str,
         cookie: str,
         capacity: int,
@@ -204,13 +206,14 @@ class Forwarder:
         dropped: Dropped,
     ) -> None:
         self.node = node
+        self.route = route
         self.sender = sender
         self.incarnation = secrets.randbits(63)
         self.capacity = capacity
         self.timeout = timeout
         self.dropped = dropped
         self.caller = Caller(cookie, node, "")
-        self.peers: dict[str, str] = {}  # node -> its listener's forward address
+        self.peers: dict[str, str] = {}  # route -> its listener's forward address
         self.links: dict[str, PeerLink] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
 
@@ -221,8 +224,8 @@ class Forwarder:
         return ch
 
     def set_peer(self, node: str, address: str | None) -> None:
-        """A node's listener address from gossip (None: its record was deleted)."""
-        if node == self.node:
+        """A route's listener address from gossip (None: its record was deleted)."""
+        if node == self.route:
             return
         if address is None:
             self.peers.pop(node, None)

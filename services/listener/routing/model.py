@@ -19,8 +19,9 @@ class SubOptions:
     """One subscription's options as sent in SUBSCRIBE, plus where its session lives.
 
     ``sub_id`` is the MQTT 5 Subscription Identifier (None when absent). ``node`` is the
-    node owning the subscriber's session; routing returns it so the caller can forward a
-    message to a remote node instead of delivering it locally. ``persistent``: that
+    route of the subscriber's session (its node, or ``node/K`` for one of the node's
+    listener processes, see ``services.listener.processes``); routing returns it so the
+    caller can forward a message there instead of delivering it locally. ``persistent``: that
     session outlives its connection, so a copy forwarded to it must be durable there
     before the publisher is acknowledged (I1).
     """

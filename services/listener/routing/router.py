@@ -103,12 +103,20 @@ class Router(Generic[T]):
     __slots__ = ("node", "picker", "retained", "targets", "trie", "upgrade_qos")
 
     def __init__(
-        self, node: str, policy: SharedPolicy, upgrade_qos: bool, rng: random.Random
+        self,
+        node: str,
+        policy: SharedPolicy,
+        upgrade_qos: bool,
+        rng: random.Random,
+        local_node: str = "",
     ) -> None:
+        """``node``: this listener's route (subscriptions that name another go there);
+        ``local_node``: the node it runs on, whose processes shared groups count as
+        local (default: ``node``)."""
         self.node = node
         self.trie = SubscriptionTrie()
         self.retained: RetainedStore[Message] = RetainedStore()
-        self.picker = SharedPicker(policy, node, rng)
+        self.picker = SharedPicker(policy, local_node or node, rng)
         self.upgrade_qos = upgrade_qos
         self.targets: dict[SessionKey, T] = {}
 

@@ -8,8 +8,8 @@ VerneMQ's ``vmq_shared_subscriptions`` (config key ``shared_subscription_policy`
 
 1. The policy narrows the candidates by node:
 
-   - ``prefer_local`` (default): the members whose session lives on this node if there
-     is at least one, else all members;
+   - ``prefer_local`` (default): the members whose session lives on this node (in any
+     of its listener processes) if there is at least one, else all members;
    - ``local_only``: the local members only; none means the message is dropped for this
      group (``pick`` returns None);
    - ``random`` and ``round_robin``: all members.
@@ -40,6 +40,7 @@ from collections.abc import Callable, Collection, Sequence
 from enum import StrEnum
 
 from services.common.session_key import SessionKey
+from services.listener.processes import on_node
 from services.listener.routing.model import (
     GroupToken,
     SharedGroupMatch,
@@ -82,7 +83,8 @@ class SharedPicker:
             members = [m for m in members if m.sid not in exclude]
         policy = self._policy
         if policy is SharedPolicy.PREFER_LOCAL or policy is SharedPolicy.LOCAL_ONLY:
-            local = [m for m in members if m.opts.node == self._local_node]
+            here = self._local_node
+            local = [m for m in members if m.opts.node == here or on_node(m.opts.node, here)]
             if local or policy is SharedPolicy.LOCAL_ONLY:
                 members = local
         if not members:
