@@ -111,6 +111,24 @@ def drained(subscriber: FlowParty, limits: FlowLimits) -> None:
         release(subscriber)
 
 
+def progressed(subscriber: FlowParty, limits: FlowLimits) -> None:
+    """``subscriber``, a link to another node that carries many sessions' copies, was
+    acknowledged some: as ``drained``, and while it still holds publishers it gets
+    another :data:`FLOW_MAX_HOLD` before it counts as slow. A link that moves is
+    congested, not dead, and letting its publishers go would only fill its queue until
+    copies are dropped; one that stops moving (its node died or paused) is still given
+    up on in time."""
+    state = subscriber.flow
+    if state is None:
+        return
+    state.slow = False
+    if subscriber.backlog() <= limits.low:
+        release(subscriber)
+    elif state.timer is not None:
+        state.timer.cancel()
+        state.timer = asyncio.get_running_loop().call_later(FLOW_MAX_HOLD, _give_up, subscriber)
+
+
 def _give_up(subscriber: FlowParty) -> None:
     state = _state(subscriber)
     state.timer = None

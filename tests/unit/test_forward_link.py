@@ -200,3 +200,37 @@ def test_a_congested_link_holds_its_publishers_until_it_drains() -> None:
             await fw.stop()
 
     asyncio.run(run())
+
+
+def test_a_link_that_keeps_moving_holds_its_publishers_and_a_stuck_one_lets_go() -> None:
+    """Acknowledgements are progress: a congested link holds its publishers past
+    FLOW_MAX_HOLD as long as they come; without them it is given up on in that time."""
+    import asyncio
+
+    from services.listener import flow
+    from services.listener.forward.sender import LINK_LIMITS, Forwarder
+    from services.pb import forward_pb2
+
+    async def run() -> None:
+        fw = Forwarder(
+            "a@h", "a@h", "a@h/l", "cookie", 10 * LINK_LIMITS.high, 60.0, lambda *a: None
+        )
+        pub = _Publisher()
+        try:
+            for _ in range(LINK_LIMITS.high + 200):
+                fw.forward("b@h", forward_pb2.Forwarded(), None, "m", "t", pub)  # type: ignore[arg-type]
+            link = fw.links["b@h"]
+            sent = link.outbox.take(LINK_LIMITS.high + 200)
+            assert pub.paused
+            steps = int(2 * flow.FLOW_MAX_HOLD / 0.1)
+            for i in range(steps):  # ten acks a hold period, never down to the low mark
+                await asyncio.sleep(0.1)
+                link.outbox.ack(sent[i][0], ())
+                flow.progressed(link, LINK_LIMITS)
+                assert pub.paused, f"let go while the link moved ({(i + 1) * 0.1:.1f} s)"
+            await asyncio.sleep(flow.FLOW_MAX_HOLD * 1.5)  # no acks now
+            assert not pub.paused, "a link that stopped moving still holds its publishers"
+        finally:
+            await fw.stop()
+
+    asyncio.run(run())

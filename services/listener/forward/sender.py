@@ -16,11 +16,13 @@ what it already had (``inbox``).
 Back-pressure: a link is a party of :mod:`services.listener.flow`, like a slow
 subscriber. Once :data:`LINK_LIMITS` ``.high`` copies wait for a node's
 acknowledgement, the publishers that add to it stop being read until it drains to
-``.low``; TCP then slows them to the pace of the link, with any QoS. A link that does
-not drain within ``flow.FLOW_MAX_HOLD`` (its node is down or paused) holds nobody back
-until it does: then the outbox bounds it (``cluster.forward_queue``), and a copy that
-waits longer than ``cluster.forward_timeout`` is given up: dropped, logged, and its
-publisher answered 0x80.
+``.low``; TCP then slows them to the pace of the link, with any QoS. Every
+acknowledgement counts as progress (``flow.progressed``): a link that keeps moving
+holds its publishers for as long as it is congested. One that is not acknowledged
+within ``flow.FLOW_MAX_HOLD`` (its node is down or paused) holds nobody back until it
+is: then the outbox bounds it (``cluster.forward_queue``), and a copy that waits longer
+than ``cluster.forward_timeout`` is given up: dropped, logged, and its publisher
+answered 0x80.
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ class PeerLink:
             for copy, ok in self.outbox.ack(ack.upto, failed):
                 if copy.waiter is not None:
                     copy.waiter.step(None if ok else f"{self.node} did not take it")
-            flow.drained(self, LINK_LIMITS)
+            flow.progressed(self, LINK_LIMITS)
 
     async def _idle(self, delay: float, reader: asyncio.Task[None] | None = None) -> None:
         """Wait for new copies, the reader's end or ``delay``; then expire old copies."""
