@@ -8,7 +8,8 @@
 # bench/results/run-<UTC timestamp>-<commit>.jsonl, then `bench/summarize.py` prints the tables.
 #
 # Env:
-#   BROKERS="mosquitto ternmq"   brokers to run (ternmq-noev is added for EVOFF_SCENARIOS)
+#   BROKERS="mosquitto ternmq"   brokers to run (ternmq-noev is added for EVOFF_SCENARIOS;
+#                                ternmq-p2 is ternmq with listener.processes = 2)
 #   EVOFF_SCENARIOS="c"          scenarios also run on ternmq with log.message_events = off
 #   TERNMQ_SET="k=v k2=v2"       extra conf lines for every ternmq node (recorded in the output)
 #   PYSPY=1                      profile the ternmq listener with py-spy during each ternmq run
@@ -167,6 +168,9 @@ print(json.dumps({"message_events": sys.argv[2] == "on",
 }
 start_ternmq() { start_ternmq_variant "$1" on; }
 start_ternmq-noev() { start_ternmq_variant "$1" off; }
+# listener.processes = 2 (BROKERS="mosquitto ternmq ternmq-p2"): two listener processes
+# sharing the port; the kernel spreads mqload's connections over them
+start_ternmq-p2() { TERNMQ_SET="${TERNMQ_SET:-} listener.processes=2" start_ternmq_variant "$1" on; }
 
 # ---------------------------------------------------------------- one run
 meta() {

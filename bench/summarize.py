@@ -43,7 +43,8 @@ TITLES = {
     "d": "(d) 10,000 idle connections, 200 handshakes in parallel, held 5 s",
     "smoke": "(smoke) QoS 0 fan-in, 3 s",
 }
-BROKER_ORDER = ("mosquitto", "ternmq", "ternmq-noev")
+BROKER_ORDER = ("mosquitto", "ternmq", "ternmq-noev", "ternmq-p2")
+VARIANTS = {"ternmq": "", "ternmq-noev": " (events off)", "ternmq-p2": " (2 listener processes)"}
 
 
 # ------------------------------------------------------------------ wrap (one run)
@@ -356,11 +357,11 @@ def summary_table(groups: dict[tuple[str, str], list[Record]], scenarios: list[s
         "|---|---|---|---|---|---|---|",
     ]
     for s in scenarios:
-        for broker in ("ternmq", "ternmq-noev"):
+        for broker, suffix in VARIANTS.items():
             mine_runs = groups.get((s, broker), [])
             if not mine_runs and (broker != "ternmq" or (s, "mosquitto") not in groups):
                 continue
-            name = s if broker == "ternmq" else f"{s} (events off)"
+            name = s + suffix
             failed = sum(1 for r in mine_runs if r["failed"])
             for t in TARGETS.get(s, []):
                 theirs = stat(t.getter(r) for r in groups.get((s, "mosquitto"), []))
