@@ -266,26 +266,18 @@ class Broker:
         encoded = self._msg_bytes
         if encoded is None or encoded[0] is not msg:  # encoded once per publish
             encoded = self._msg_bytes = (msg, convert.message_bytes(msg, self.node))
-        item = forward_pb2.Forwarded(
-            mountpoint=key[0],
-            client_id=key[1],
-            qos=qos,
-            retain=retain,
-            sub_ids=sub_ids,
-            message=encoded[1],
-        )
         opts = self.router.trie.options_of(key)
         durable = opts is not None and opts.persistent
         waiter = ctx if qos and ctx is not None and durable else None
         if waiter is not None:
             waiter.left += 1
         self.metrics.forwarded.inc()
-        publisher = cast(FlowParty | None, self._publisher)
-        self.forwarder.forward(node, item, waiter, msg.msg_id, msg.topic, publisher)
+        body = convert.forwarded_body(key[0], key[1], qos, retain, sub_ids, encoded[1])
+        copy = Copy(key[1], qos, body, waiter, msg.msg_id, msg.topic)
+        self.forwarder.forward(node, copy, cast(FlowParty | None, self._publisher))
 
     def _forward_dropped(self, node: str, copy: Copy, reason: str) -> None:
-        item = copy.item
-        self._drop(copy.msg_id, item.client_id, copy.topic, item.qos, reason)
+        self._drop(copy.msg_id, copy.client_id, copy.topic, copy.qos, reason)
 
     def accept_forwarded(
         self, item: forward_pb2.Forwarded, done: Callable[[str | None], None], stream: FlowParty

@@ -254,6 +254,57 @@ def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
     return parts
 
 
+def forwarded_body(
+    mountpoint: str,
+    client_id: str,
+    qos: int,
+    retain: bool,
+    sub_ids: tuple[int, ...],
+    message: bytes,
+) -> bytes:
+    """A ``Forwarded`` serialized without its ``seq`` (field 1), which the link puts in
+    front when it batches the copy (``forward_batch``)."""
+    parts: list[bytes] = []
+    if mountpoint:
+        _put(parts, b"\x12", mountpoint.encode())
+    if client_id:
+        _put(parts, b"\x1a", client_id.encode())
+    if qos:
+        parts.append(b"\x20")
+        parts.append(varint(qos))
+    if retain:
+        parts.append(b"\x28\x01")
+    if sub_ids:
+        _put(parts, b"\x32", b"".join([varint(i) for i in sub_ids]))  # packed
+    if message:
+        _put(parts, b"\x3a", message)
+    return b"".join(parts)
+
+
+def forward_batch(
+    sender: str, incarnation: int, acked: int, items: list[tuple[int, bytes]]
+) -> bytes:
+    """A ``ForwardBatch`` serialized, each item a ``(seq, forwarded_body)``: one join per
+    batch, where the generated classes would build and copy a message per copy."""
+    parts: list[bytes] = []
+    if sender:
+        _put(parts, b"\x0a", sender.encode())
+    if incarnation:
+        parts.append(b"\x10")
+        parts.append(varint(incarnation))
+    if acked:
+        parts.append(b"\x18")
+        parts.append(varint(acked))
+    for seq, body in items:
+        head = b"\x08" + varint(seq) if seq else b""
+        n = len(head) + len(body)
+        parts.append(b"\x22")
+        parts.append(_SMALL[n] if n < 0x80 else varint(n))
+        parts.append(head)
+        parts.append(body)
+    return b"".join(parts)
+
+
 # Delivery's fields after the message, by (qos << 1) | retain, without subscription ids.
 _DELIVERY_TAILS: Final = [
     (b"\x10" + _SMALL[qos] if qos else b"") + (b"\x18\x01" if retain else b"")

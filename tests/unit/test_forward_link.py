@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from services.listener.forward.inbox import Inbox
 from services.listener.forward.outbox import Outbox, OutboxFull
+from services.listener.forward.sender import Copy
 
 
 def test_outbox_resends_after_a_break_and_acks_in_order() -> None:
@@ -170,12 +171,15 @@ class _Publisher:
         self.paused = False
 
 
+def _copy() -> Copy:
+    return Copy("c", 0, b"", None, "m", "t")
+
+
 def test_a_congested_link_holds_its_publishers_until_it_drains() -> None:
     import asyncio
 
     from services.listener import flow
     from services.listener.forward.sender import LINK_LIMITS, Forwarder
-    from services.pb import forward_pb2
 
     async def run() -> None:
         fw = Forwarder(
@@ -184,9 +188,9 @@ def test_a_congested_link_holds_its_publishers_until_it_drains() -> None:
         pub = _Publisher()
         try:
             for _ in range(LINK_LIMITS.high - 1):
-                fw.forward("b@h", forward_pb2.Forwarded(), None, "m", "t", pub)  # type: ignore[arg-type]
+                fw.forward("b@h", _copy(), pub)  # type: ignore[arg-type]
             assert not pub.paused
-            fw.forward("b@h", forward_pb2.Forwarded(), None, "m", "t", pub)  # type: ignore[arg-type]
+            fw.forward("b@h", _copy(), pub)  # type: ignore[arg-type]
             assert pub.paused, "the link reached its high mark"
             link = fw.links["b@h"]
             sent = link.outbox.take(LINK_LIMITS.high)
@@ -209,7 +213,6 @@ def test_a_link_that_keeps_moving_holds_its_publishers_and_a_stuck_one_lets_go()
 
     from services.listener import flow
     from services.listener.forward.sender import LINK_LIMITS, Forwarder
-    from services.pb import forward_pb2
 
     async def run() -> None:
         fw = Forwarder(
@@ -218,7 +221,7 @@ def test_a_link_that_keeps_moving_holds_its_publishers_and_a_stuck_one_lets_go()
         pub = _Publisher()
         try:
             for _ in range(LINK_LIMITS.high + 200):
-                fw.forward("b@h", forward_pb2.Forwarded(), None, "m", "t", pub)  # type: ignore[arg-type]
+                fw.forward("b@h", _copy(), pub)  # type: ignore[arg-type]
             link = fw.links["b@h"]
             sent = link.outbox.take(LINK_LIMITS.high + 200)
             assert pub.paused
@@ -234,3 +237,51 @@ def test_a_link_that_keeps_moving_holds_its_publishers_and_a_stuck_one_lets_go()
             await fw.stop()
 
     asyncio.run(run())
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2**63),
+            st.text(max_size=8),
+            st.text(max_size=30),
+            st.integers(0, 2),
+            st.booleans(),
+            st.lists(st.integers(1, 2**28 - 1), max_size=3).map(tuple),
+            st.binary(max_size=300),
+        ),
+        max_size=20,
+    ),
+    st.text(max_size=40),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_hand_written_batch_reads_back_as_the_generated_classes_would(
+    items: list[tuple[int, str, str, int, bool, tuple[int, ...], bytes]],
+    sender: str,
+    incarnation: int,
+    acked: int,
+) -> None:
+    from services.listener import convert
+    from services.pb import forward_pb2
+
+    bodies = [(seq, convert.forwarded_body(*rest)) for seq, *rest in items]  # type: ignore[arg-type]
+    batch = forward_pb2.ForwardBatch.FromString(
+        convert.forward_batch(sender, incarnation, acked, bodies)
+    )
+    assert (batch.sender, batch.incarnation, batch.acked) == (sender, incarnation, acked)
+    got = [
+        (i.seq, i.mountpoint, i.client_id, i.qos, i.retain, tuple(i.sub_ids), i.message)
+        for i in batch.items
+    ]
+    assert got == items
+    one = forward_pb2.Forwarded(
+        seq=1, client_id="c", qos=1, sub_ids=[5, 300], message=b"m"
+    ).SerializeToString()
+    assert (
+        convert.forward_batch(
+            "", 0, 0, [(1, convert.forwarded_body("", "c", 1, False, (5, 300), b"m"))]
+        )
+        == b"\x22" + bytes([len(one)]) + one
+    )

@@ -40,11 +40,12 @@ import grpc
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
 from services.common.peer.channel import Caller, channel
-from services.listener import flow
+from services.listener import convert, flow
 from services.listener.forward.outbox import Outbox, OutboxFull
-from services.pb import forward_pb2, forward_pb2_grpc
+from services.pb import forward_pb2
 
 BATCH = 512  # copies per ForwardBatch
+STREAM = "/ternmq.forward.Forward/Stream"
 LINK_LIMITS = flow.FlowLimits(20_000, 10_000)  # copies unacknowledged: hold / release
 CONNECT_TIMEOUT = 2.0
 TICK = 0.5  # s between expiry checks
@@ -58,7 +59,13 @@ class Waiter(Protocol):
 
 @dataclass(slots=True)
 class Copy:
-    item: forward_pb2.Forwarded
+    """One copy for another node, and who waits for it. ``body`` is its ``Forwarded``
+    serialized without the ``seq`` (``convert.forwarded_body``): the link numbers it
+    when it batches it (``convert.forward_batch``)."""
+
+    client_id: str
+    qos: int
+    body: bytes
     waiter: Waiter | None
     msg_id: str
     topic: str
@@ -106,7 +113,7 @@ class PeerLink:
 
     def push(self, copy: Copy) -> None:
         try:
-            copy.item.seq = self.outbox.push(copy, time.monotonic())
+            self.outbox.push(copy, time.monotonic())
         except OutboxFull:
             self.forwarder.fail(self.node, copy, "forward_queue_full")
             return
@@ -120,9 +127,11 @@ class PeerLink:
             if address is None:
                 await self._idle(TICK)
                 continue
-            call = forward_pb2_grpc.ForwardStub(self.forwarder.channel(address)).Stream(
-                metadata=self.forwarder.caller.metadata()
+            # Batches are written already serialized (no request serializer).
+            stream = self.forwarder.channel(address).stream_stream(
+                STREAM, None, forward_pb2.ForwardAck.FromString
             )
+            call = stream(None, metadata=self.forwarder.caller.metadata())
             reader: asyncio.Task[None] | None = None
             try:
                 await asyncio.wait_for(call.wait_for_connection(), CONNECT_TIMEOUT)
@@ -135,11 +144,11 @@ class PeerLink:
                         await self._idle(TICK, reader)
                         continue
                     await call.write(
-                        forward_pb2.ForwardBatch(
-                            sender=self.forwarder.sender,
-                            incarnation=self.forwarder.incarnation,
-                            acked=self.heard_upto,
-                            items=[c.item for _seq, c in copies],
+                        convert.forward_batch(
+                            self.forwarder.sender,
+                            self.forwarder.incarnation,
+                            self.heard_upto,
+                            [(seq, c.body) for seq, c in copies],
                         )
                     )
                     self.sent += len(copies)
@@ -234,22 +243,14 @@ class Forwarder:
         else:
             self.peers[node] = address
 
-    def forward(
-        self,
-        node: str,
-        item: forward_pb2.Forwarded,
-        waiter: Waiter | None,
-        msg_id: str,
-        topic: str,
-        publisher: flow.FlowParty | None = None,
-    ) -> None:
-        """Send ``item`` to ``node``; ``publisher`` (its connection) waits while the link
+    def forward(self, node: str, copy: Copy, publisher: flow.FlowParty | None = None) -> None:
+        """Send ``copy`` to ``node``; ``publisher`` (its connection) waits while the link
         is congested."""
         link = self.links.get(node)
         if link is None:
             link = self.links[node] = PeerLink(self, node, self.capacity, self.timeout)
             link.start()
-        link.push(Copy(item, waiter, msg_id, topic))
+        link.push(copy)
         if publisher is not None and len(link.outbox) >= LINK_LIMITS.high:
             flow.hold_back(link, publisher, asyncio.get_running_loop())
 
