@@ -287,7 +287,7 @@ class Broker:
         find, through gossip). ``done`` hears when it is delivered or durable; a
         congested subscriber holds the ``stream`` back as it would a local publisher."""
         key = (item.mountpoint, item.client_id)
-        msg = convert.message_from_pb(common_pb2.MqttMessage.FromString(item.message))
+        msg = convert.message_from_pb(item.message)
         qos, retain, sub_ids = item.qos, item.retain, tuple(item.sub_ids)
         target = self.sessions.get(key)
         if qos and target is not None and target.backlog() >= self.stream_high:

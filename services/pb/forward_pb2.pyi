@@ -1,3 +1,4 @@
+from services.pb import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -21,8 +22,8 @@ class Forwarded(_message.Message):
     qos: int
     retain: bool
     sub_ids: _containers.RepeatedScalarFieldContainer[int]
-    message: bytes
-    def __init__(self, seq: _Optional[int] = ..., mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., sub_ids: _Optional[_Iterable[int]] = ..., message: _Optional[bytes] = ...) -> None: ...
+    message: _common_pb2.MqttMessage
+    def __init__(self, seq: _Optional[int] = ..., mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., sub_ids: _Optional[_Iterable[int]] = ..., message: _Optional[_Union[_common_pb2.MqttMessage, _Mapping]] = ...) -> None: ...
 
 class ForwardBatch(_message.Message):
     __slots__ = ("sender", "incarnation", "acked", "items")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from services.listener.forward.inbox import Inbox
 from services.listener.forward.outbox import Outbox, OutboxFull
 from services.listener.forward.sender import Copy
+from services.pb import common_pb2
 
 
 def test_outbox_resends_after_a_break_and_acks_in_order() -> None:
@@ -248,7 +249,11 @@ def test_a_link_that_keeps_moving_holds_its_publishers_and_a_stuck_one_lets_go()
             st.integers(0, 2),
             st.booleans(),
             st.lists(st.integers(1, 2**28 - 1), max_size=3).map(tuple),
-            st.binary(max_size=300),
+            st.builds(
+                lambda t, p: common_pb2.MqttMessage(topic=t, payload=p).SerializeToString(),
+                st.text(max_size=20),
+                st.binary(max_size=200),
+            ),
         ),
         max_size=20,
     ),
@@ -272,16 +277,24 @@ def test_a_hand_written_batch_reads_back_as_the_generated_classes_would(
     )
     assert (batch.sender, batch.incarnation, batch.acked) == (sender, incarnation, acked)
     got = [
-        (i.seq, i.mountpoint, i.client_id, i.qos, i.retain, tuple(i.sub_ids), i.message)
+        (
+            i.seq,
+            i.mountpoint,
+            i.client_id,
+            i.qos,
+            i.retain,
+            tuple(i.sub_ids),
+            i.message.SerializeToString(),
+        )
         for i in batch.items
     ]
     assert got == items
     one = forward_pb2.Forwarded(
-        seq=1, client_id="c", qos=1, sub_ids=[5, 300], message=b"m"
+        seq=1, client_id="c", qos=1, sub_ids=[5, 300], message=common_pb2.MqttMessage(topic="t")
     ).SerializeToString()
     assert (
         convert.forward_batch(
-            "", 0, 0, [(1, convert.forwarded_body("", "c", 1, False, (5, 300), b"m"))]
+            "", 0, 0, [(1, convert.forwarded_body("", "c", 1, False, (5, 300), b"\x12\x01t"))]
         )
         == b"\x22" + bytes([len(one)]) + one
     )

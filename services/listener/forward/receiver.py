@@ -16,17 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from services.listener.flow import FlowState
 from services.listener.forward.inbox import Inbox
+from services.listener.forward.intake import Accept, intake
 from services.pb import forward_pb2, forward_pb2_grpc
 
 MAX_OUTSTANDING = 10_000
 IDLE_INBOX_S = 300.0  # an inbox no stream used for this long is forgotten
-
-Done = Callable[[str | None], None]  # None: delivered or queued; else why it failed
 
 
 class StreamParty:
@@ -48,9 +47,6 @@ class StreamParty:
 
     def resume_input(self) -> None:
         self.readable.set()
-
-
-Accept = Callable[[forward_pb2.Forwarded, Done, StreamParty], None]
 
 
 class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
@@ -109,25 +105,13 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
                 attached.append(key)
             self._wakes[key] = wake
             inbox.confirm(batch.acked)
-            for item in batch.items:
-                if not inbox.accept(item.seq):
-                    self.resent += 1
-                    continue
-                self.received += 1
-                self.accept(item, self._completer(key, inbox, item.seq), party)
+            received, resent = intake(batch.items, inbox, self.accept, party, self._wakes, key)
+            self.received += received
+            self.resent += resent
             wake.set()
             while inbox.outstanding() > MAX_OUTSTANDING:
                 await asyncio.sleep(0.01)
             await party.readable.wait()
-
-    def _completer(self, key: tuple[str, int], inbox: Inbox, seq: int) -> Done:
-        def done(failure: str | None) -> None:
-            inbox.complete(seq, failure is None)
-            wake = self._wakes.get(key)
-            if wake is not None:
-                wake.set()
-
-        return done
 
     def _forget_idle(self) -> None:
         horizon = time.monotonic() - IDLE_INBOX_S

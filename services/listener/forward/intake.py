@@ -1,0 +1,52 @@
+"""The receiving side's per-copy loop, compiled: each new copy of a batch to the broker,
+with the ``done`` that completes it in its sender's inbox.
+
+The stream itself (``receiver``) is an async generator, which stays interpreted; this
+loop runs once per forwarded copy, so it lives apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from services.listener.flow import FlowParty
+from services.listener.forward.inbox import Inbox
+from services.pb import forward_pb2
+
+Done = Callable[[str | None], None]  # None: delivered or queued; else why it failed
+Accept = Callable[[forward_pb2.Forwarded, Done, FlowParty], None]
+Wakes = dict[tuple[str, int], asyncio.Event]
+
+
+def intake(
+    items: Iterable[forward_pb2.Forwarded],
+    inbox: Inbox,
+    accept: Accept,
+    party: FlowParty,
+    wakes: Wakes,
+    key: tuple[str, int],
+) -> tuple[int, int]:
+    """Hand every copy the inbox has not seen to ``accept``; (taken, resent)."""
+    taken = 0
+    resent = 0
+    for item in items:
+        seq: int = item.seq
+        if not inbox.accept(seq):
+            resent += 1
+            continue
+        taken += 1
+        accept(item, partial(complete, inbox, wakes, key, seq), party)
+    return taken, resent
+
+
+def complete(
+    inbox: Inbox, wakes: Wakes, key: tuple[str, int], seq: int, failure: str | None
+) -> None:
+    """A copy's ``done``, bound with ``partial`` (a closure per copy cost more): the
+    inbox learns its outcome and the stream now attached for its sender sends the ack."""
+    inbox.complete(seq, failure is None)
+    wake = wakes.get(key)
+    if wake is not None:
+        wake.set()
