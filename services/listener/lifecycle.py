@@ -164,10 +164,13 @@ class Lifecycle:
         """The registry handed this session to ``route`` (a node or a listener process):
         copies for it go there now, ahead of gossip (not while a connection here still
         holds it). Handed to this process, the subscriptions are rewritten in gossip as
-        its own at once, so others route here before the client is even answered."""
+        its own at once, so others route here before the client is even answered. The
+        session resumed elsewhere, so a delayed will its last connection here left is
+        void [MQTT-3.1.3-9]."""
         sk = (key.mountpoint, key.client_id)
         if sk in self.router.targets:
             return
+        self.wills.cancel(sk)
         subs = self.router.move(sk, route)
         if subs and route == self.route:  # handed to this process: the subscriptions are ours
             self.spawn(self.meta.put_subscriptions(sk, subs), "reown")

@@ -142,7 +142,7 @@ class HandoverRequest(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., node: _Optional[str] = ..., phase: _Optional[_Union[HandoverPhase, str]] = ..., discard: _Optional[bool] = ..., after_seq: _Optional[int] = ..., route: _Optional[str] = ...) -> None: ...
 
 class HandoverReply(_message.Message):
-    __slots__ = ("present", "persistent", "session_expiry", "proto_ver", "entries", "inbound_qos2", "error", "last_seq")
+    __slots__ = ("present", "persistent", "session_expiry", "proto_ver", "entries", "inbound_qos2", "error", "last_seq", "delivered_upto", "outbound_pubrel")
     PRESENT_FIELD_NUMBER: _ClassVar[int]
     PERSISTENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_EXPIRY_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,8 @@ class HandoverReply(_message.Message):
     INBOUND_QOS2_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_UPTO_FIELD_NUMBER: _ClassVar[int]
+    OUTBOUND_PUBREL_FIELD_NUMBER: _ClassVar[int]
     present: bool
     persistent: bool
     session_expiry: int
@@ -159,7 +161,9 @@ class HandoverReply(_message.Message):
     inbound_qos2: _containers.RepeatedScalarFieldContainer[int]
     error: str
     last_seq: int
-    def __init__(self, present: _Optional[bool] = ..., persistent: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[_msgstore_pb2.QueueEntry, _Mapping]]] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., last_seq: _Optional[int] = ...) -> None: ...
+    delivered_upto: int
+    outbound_pubrel: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, present: _Optional[bool] = ..., persistent: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[_msgstore_pb2.QueueEntry, _Mapping]]] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., last_seq: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class KeysRequest(_message.Message):
     __slots__ = ("after", "limit")

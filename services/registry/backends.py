@@ -137,9 +137,14 @@ class Backends:
         epoch: int,
         entries: list[msgstore_pb2.QueueEntry],
         inbound_qos2: list[int] = [],  # noqa: B006 (read only)
+        delivered_upto: int = 0,
+        outbound_pubrel: list[int] = [],  # noqa: B006 (read only)
     ) -> None:
         """Append ``entries`` to ``key``'s queue in order, fenced by ``epoch``, as one
-        durable batch (a queue handed over from another node)."""
+        durable batch (a queue handed over from another node), then carry over their
+        state: ``delivered_upto`` and ``outbound_pubrel`` name the old queue's seqs,
+        which the entries get anew here (in the same order), so a message that was in
+        flight is resent with DUP and one whose PUBREC arrived gets its PUBREL."""
         batch = msgstore_pb2.StoreBatch(batch_id=1)
         for entry in entries:
             batch.appends.add(key=pb_key(key), epoch=epoch, delivery=entry.delivery)
@@ -151,6 +156,26 @@ class Backends:
                 id=packet_id,
                 set=True,
             )
+        result = await self._store(batch)
+        renumbered = dict(zip((e.seq for e in entries), result.seqs, strict=True))
+        state = msgstore_pb2.StoreBatch(batch_id=2)
+        delivered = [new for old, new in renumbered.items() if old <= delivered_upto]
+        if delivered:
+            state.acks.add(key=pb_key(key), epoch=epoch, delivered_upto=max(delivered))
+        for old in outbound_pubrel:
+            if old in renumbered:
+                state.marks.add(
+                    key=pb_key(key),
+                    epoch=epoch,
+                    kind=msgstore_pb2.MARK_OUTBOUND_PUBREL,
+                    id=renumbered[old],
+                    set=True,
+                )
+        if state.acks or state.marks:
+            await self._store(state)
+
+    async def _store(self, batch: msgstore_pb2.StoreBatch) -> msgstore_pb2.StoreBatchResult:
+        """One durable batch on its own stream; refused as a whole if any append is."""
         call = self.msgstore.Stream(timeout=self.timeout, wait_for_ready=True)
         try:
             await call.write(batch)
@@ -164,9 +189,12 @@ class Backends:
         if result is grpc.aio.EOF:  # type: ignore[attr-defined]
             raise _logged(BackendError("msgstore", "Stream", "STREAM_ENDED", "no result"))
         bad = [s for s in result.statuses if s != msgstore_pb2.APPEND_OK]
-        if result.error or bad:
-            reason = result.error or f"{len(bad)} appends refused ({bad[0]})"
+        if result.error or bad or result.stale_acks:
+            reason = result.error or (
+                f"{len(bad)} appends refused ({bad[0]})" if bad else "a stale epoch"
+            )
             raise _logged(BackendError("msgstore", "Stream", "REFUSED", reason))
+        return result
 
     async def queue_pages(self) -> AsyncIterator[list[msgstore_pb2.QueueState]]:
         """Every existing msgstore queue, a page (one call, one deadline) at a time."""

@@ -183,6 +183,8 @@ class Claims:
             entries=list(reply.entries),
             inbound_qos2=list(reply.inbound_qos2),
             last_seq=reply.last_seq,
+            delivered_upto=reply.delivered_upto,
+            outbound_pubrel=list(reply.outbound_pubrel),
         )
 
     async def _move_queue(
@@ -195,7 +197,14 @@ class Claims:
         node = r.settings.node
         try:
             await r.queues.open(open_step(key, value.epoch))
-            await r.backends.append_entries(key, value.epoch, taken.entries, taken.inbound_qos2)
+            await r.backends.append_entries(
+                key,
+                value.epoch,
+                taken.entries,
+                taken.inbound_qos2,
+                taken.delivered_upto,
+                taken.outbound_pubrel,
+            )
         except BackendError as exc:
             raise ClaimRefused(f"the handed-over queue could not be stored: {exc}") from None
         # This node's listeners hold the session's copies here from now on (appended

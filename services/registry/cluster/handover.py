@@ -59,6 +59,8 @@ class Taken:
     entries: list[msgstore_pb2.QueueEntry] = field(default_factory=list)
     inbound_qos2: list[int] = field(default_factory=list)
     last_seq: int = 0
+    delivered_upto: int = 0  # in the old queue's seqs, as ``outbound_pubrel``
+    outbound_pubrel: list[int] = field(default_factory=list)
 
 
 class Giver:
@@ -125,6 +127,8 @@ class Giver:
         entries, state = await r.backends.read_queue(key, given.epoch, 0)
         reply.entries.extend(entries)
         reply.inbound_qos2.extend(state.inbound_qos2)
+        reply.delivered_upto = state.delivered_upto
+        reply.outbound_pubrel.extend(state.outbound_pubrel)
         given.last_seq = entries[-1].seq if entries else state.last_seq
         reply.last_seq = given.last_seq
         return reply
