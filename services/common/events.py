@@ -121,6 +121,16 @@ _SPECS: Final = [
         epoch="int",
     ),
     _e(
+        "session.merged",
+        "A tentative session of this client id, registered on the minority side of a "
+        "partition, lost to the session here; its queued messages were appended to this "
+        "session's queue.",
+        client_id="str",
+        mountpoint="str",
+        from_node="str",
+        messages="int",
+    ),
+    _e(
         "session.handover_incomplete",
         "A session moved here, but what reached the old node's queue after the handover "
         "began could not be fetched; it stays on that node.",

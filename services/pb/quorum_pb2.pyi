@@ -17,6 +17,24 @@ class HandoverPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 HANDOVER_TAKE: HandoverPhase
 HANDOVER_RELEASE: HandoverPhase
 
+class MergeRequest(_message.Message):
+    __slots__ = ("key", "entries", "node")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    entries: _containers.RepeatedCompositeFieldContainer[_msgstore_pb2.QueueEntry]
+    node: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[_msgstore_pb2.QueueEntry, _Mapping]]] = ..., node: _Optional[str] = ...) -> None: ...
+
+class MergeReply(_message.Message):
+    __slots__ = ("error", "merged")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    merged: int
+    def __init__(self, error: _Optional[str] = ..., merged: _Optional[int] = ...) -> None: ...
+
 class Ballot(_message.Message):
     __slots__ = ("counter", "incarnation", "node")
     COUNTER_FIELD_NUMBER: _ClassVar[int]

@@ -60,6 +60,11 @@ class QuorumStub:
                 request_serializer=services_dot_pb_dot_registry__pb2.SessionsRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_registry__pb2.SessionsReply.FromString,
                 _registered_method=True)
+        self.Merge = channel.unary_unary(
+                '/ternmq.quorum.Quorum/Merge',
+                request_serializer=services_dot_pb_dot_quorum__pb2.MergeRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_quorum__pb2.MergeReply.FromString,
+                _registered_method=True)
 
 
 class QuorumServicer:
@@ -100,6 +105,15 @@ class QuorumServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Merge(self, request, context):
+        """A node whose tentative session of a client id lost to the owner's (registered on the
+        minority side of a partition) hands over what its queue held: appended to the
+        owner's queue, so the messages of both sides are kept.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QuorumServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +141,11 @@ def add_QuorumServicer_to_server(servicer, server):
                     servicer.Sessions,
                     request_deserializer=services_dot_pb_dot_registry__pb2.SessionsRequest.FromString,
                     response_serializer=services_dot_pb_dot_registry__pb2.SessionsReply.SerializeToString,
+            ),
+            'Merge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Merge,
+                    request_deserializer=services_dot_pb_dot_quorum__pb2.MergeRequest.FromString,
+                    response_serializer=services_dot_pb_dot_quorum__pb2.MergeReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +283,33 @@ class Quorum:
             '/ternmq.quorum.Quorum/Sessions',
             services_dot_pb_dot_registry__pb2.SessionsRequest.SerializeToString,
             services_dot_pb_dot_registry__pb2.SessionsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Merge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.quorum.Quorum/Merge',
+            services_dot_pb_dot_quorum__pb2.MergeRequest.SerializeToString,
+            services_dot_pb_dot_quorum__pb2.MergeReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -156,6 +156,15 @@ class NsCluster:
         status, rows = self.get(node, "/api/v1/cluster/show")
         return {r["node"]: r["state"] for r in rows} if status == 200 else {}
 
+    def events(self, node: NsNode, name: str) -> list[dict[str, Any]]:
+        """``node``'s logged events called ``name`` (as far as the logs are written)."""
+        out = []
+        for path in sorted((node.dir / "log").glob("*.jsonl*")):
+            for line in path.read_text(errors="replace").splitlines():
+                if f'"event":"{name}"' in line:
+                    out.append(json.loads(line))
+        return out
+
     # -- faults --------------------------------------------------------------------
     def isolate(self, node: NsNode, outgoing_only: bool = False) -> None:
         """Drop everything ``node`` sends on the cluster net, and (unless

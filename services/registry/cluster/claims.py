@@ -30,7 +30,7 @@ import grpc
 from services.common import log
 from services.common.background import Background
 from services.common.session_key import SessionKey
-from services.pb import quorum_pb2
+from services.pb import msgstore_pb2, quorum_pb2
 from services.registry.backends import BackendError
 from services.registry.cluster import codec
 from services.registry.cluster.handover import Taken, adopted, open_step
@@ -165,6 +165,25 @@ class Claims:
         except ClaimRefused:
             return True  # it holds a newer epoch: nothing to end there
         return True
+
+    async def merge(
+        self, owner: str, key: SessionKey, entries: list[msgstore_pb2.QueueEntry]
+    ) -> str:
+        """Append a lost copy's ``entries`` to ``owner``'s queue of ``key``; why not
+        ("" when they are durable there)."""
+        stub = self.peers.stub(owner)
+        if stub is None:
+            return f"no address known for the registry of {owner}"
+        req = quorum_pb2.MergeRequest(
+            key=codec.key_pb(key), entries=entries, node=self.registrar.settings.node
+        )
+        try:
+            reply: quorum_pb2.MergeReply = await stub.Merge(
+                req, timeout=self.registrar.settings.rpc_timeout, metadata=self.peers.metadata()
+            )
+        except grpc.aio.AioRpcError as exc:
+            return f"merge into {owner} failed: {exc.code().name} {exc.details() or ''}"
+        return reply.error
 
     async def _handover(self, key: SessionKey, source: str, epoch: int, resume: bool) -> Taken:
         req = quorum_pb2.HandoverRequest(

@@ -133,6 +133,29 @@ class Giver:
         reply.last_seq = given.last_seq
         return reply
 
+    async def merge(self, req: quorum_pb2.MergeRequest) -> quorum_pb2.MergeReply:
+        """The owner's side of a merge: the lost copy's entries go after what the
+        session's queue holds, at its current epoch. A session that is online sees them
+        when it next resumes (the registry cannot hand a message to a connection)."""
+        key = codec.key_of(req.key)
+        r = self.registrar
+        async with r.locks.hold(key):
+            s = r.table.get(key)
+            if s is None or not s.queued:
+                return quorum_pb2.MergeReply(error="no queue for this session here")
+            try:
+                await r.backends.append_entries(key, s.epoch, list(req.entries))
+            except BackendError as exc:
+                return quorum_pb2.MergeReply(error=str(exc))
+        log.emit(
+            "session.merged",
+            client_id=key[1],
+            mountpoint=key[0],
+            from_node=req.node,
+            messages=len(req.entries),
+        )
+        return quorum_pb2.MergeReply(merged=len(req.entries))
+
     async def _release(
         self, key: SessionKey, req: quorum_pb2.HandoverRequest
     ) -> quorum_pb2.HandoverReply:

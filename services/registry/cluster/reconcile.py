@@ -27,7 +27,7 @@ from services.common import log
 from services.common.background import Background
 from services.common.cluster_view import ClusterView
 from services.common.session_key import SessionKey
-from services.pb import quorum_pb2
+from services.pb import msgstore_pb2, quorum_pb2
 from services.registry.cluster import codec
 from services.registry.cluster.handover import Giver
 from services.registry.cluster.quorum_client import QuorumClient
@@ -41,16 +41,23 @@ PAY_INTERVAL = 1.0  # s between attempts to pay what up nodes are owed
 OWED_MAX = 100_000  # evictions remembered per node (the oldest are dropped past it)
 
 Evict = Callable[[str, SessionKey, int], Awaitable[bool]]
+Merge = Callable[[str, SessionKey, list[msgstore_pb2.QueueEntry]], Awaitable[str]]
 
 
 class Reconciler:
     def __init__(
-        self, registrar: Registrar, quorum: QuorumClient, giver: Giver, evict: Evict
+        self,
+        registrar: Registrar,
+        quorum: QuorumClient,
+        giver: Giver,
+        evict: Evict,
+        merge: Merge,
     ) -> None:
         self.registrar = registrar
         self.quorum = quorum
         self.giver = giver
         self.evict = evict
+        self.merge = merge
         self.owed: dict[str, dict[SessionKey, int]] = {}
         self._active = False
         self._tasks = Background()
@@ -125,16 +132,48 @@ class Reconciler:
             return  # registered again meanwhile: that registration claimed for itself
         owner = v.owner if v is not None else ""
         epoch = max(v.epoch if v is not None else 0, s.epoch + 1)
+        # Two persistent sessions of one id (this one tentative, from the minority side
+        # of a partition): the owner's wins, and what this one's queue holds joins it.
+        keep = v is not None and v.live and v.persistent and s.persistent and s.queued
         req = quorum_pb2.HandoverRequest(
-            key=codec.key_pb(s.key), epoch=epoch, node=owner, discard=True
+            key=codec.key_pb(s.key), epoch=epoch, node=owner, discard=not keep
         )
         reply = await self.giver.handle(req)
         if reply.error:
             log.emit(
                 "session.handover_incomplete", "warning", client_id=s.key[1], reason=reply.error
             )
-        elif reply.present:
+            return
+        if reply.present:
             self.superseded += 1
+        if keep and reply.present and reply.persistent:
+            await self._merge_into(owner, s.key, epoch, reply)
+
+    async def _merge_into(
+        self, owner: str, key: SessionKey, epoch: int, taken: quorum_pb2.HandoverReply
+    ) -> None:
+        """Send the lost copy's entries to ``owner``, then delete the copy here (with
+        what reached it meanwhile, sent after)."""
+        entries = list(taken.entries)
+        problem = await self.merge(owner, key, entries) if entries else ""
+        release = quorum_pb2.HandoverRequest(
+            key=codec.key_pb(key),
+            epoch=epoch,
+            node=owner,
+            phase=quorum_pb2.HANDOVER_RELEASE,
+            after_seq=taken.last_seq,
+        )
+        tail = await self.giver.handle(release)
+        if not problem and tail.entries:
+            problem = await self.merge(owner, key, list(tail.entries))
+            entries += tail.entries
+        if problem:
+            log.emit(
+                "session.handover_incomplete",
+                "warning",
+                client_id=key[1],
+                reason=f"{len(entries)} queued messages of the lost session: {problem}",
+            )
 
     async def close(self) -> None:
         await self._tasks.close()

@@ -50,6 +50,11 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
     ) -> quorum_pb2.HandoverReply:
         return await self.giver.handle(request)
 
+    async def Merge(
+        self, request: quorum_pb2.MergeRequest, context: Context
+    ) -> quorum_pb2.MergeReply:
+        return await self.giver.merge(request)
+
     async def Sessions(
         self, request: registry_pb2.SessionsRequest, context: Context
     ) -> registry_pb2.SessionsReply:

@@ -110,7 +110,7 @@ async def start(
         settings.rpc_timeout,
     )
     claims = Claims(registrar, quorum, peers)
-    reconciler = Reconciler(registrar, quorum, giver, claims.evict)
+    reconciler = Reconciler(registrar, quorum, giver, claims.evict, claims.merge)
     claims.owe = reconciler.owe
     registrar.listing = Listing(peers, registrar.cluster, settings.rpc_timeout)
     record = quorum_pb2.RegistryRecord(
