@@ -64,6 +64,7 @@ from services.pb import common_pb2, forward_pb2, gossip_pb2, gossip_pb2_grpc, re
 
 _UNSPECIFIED: Final = ReasonCode.UNSPECIFIED_ERROR
 _SPLIT: Final = ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR  # valid, but not accepted now
+REASSERT_DELAY: Final = 0.5  # s: a session's subscriptions rewritten at most this often
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests stand in for it (test_conn_memory)
@@ -134,6 +135,7 @@ class Broker:
         self.settings = settings
         # what the minority side of a partition refuses now (set_view)
         self._publisher: ClientPort | None = None  # whose publish is being routed
+        self._reasserting: set[SessionKey] = set()  # subscriptions to write again
         self.refuse_publish = False
         self.refuse_subscribe = False
         self.refuse_unsubscribe = False
@@ -432,7 +434,8 @@ class Broker:
         mountpoint, name = convert.split_meta_key(update.key)
         if update.prefix == "subs":
             subs = None if update.deleted else convert.subs_from_pb(update.value)
-            self.router.replicate((mountpoint, name), subs)
+            if self.router.replicate((mountpoint, name), subs):
+                self._reassert((mountpoint, name))
         elif update.prefix == "listeners":
             record = None if update.deleted else forward_pb2.ListenerRecord.FromString(update.value)
             self.forwarder.set_peer(name, record.address if record is not None else None)
@@ -442,6 +445,22 @@ class Broker:
             else:
                 pb = common_pb2.MqttMessage.FromString(update.value)
                 self.router.retained.set(mountpoint, name, convert.message_from_pb(pb))
+
+    def _reassert(self, key: SessionKey) -> None:
+        """Another node wrote the subscriptions of a session online here (both sides of a
+        healed partition registered it): write ours again, after :data:`REASSERT_DELAY`
+        (at most that often per session), while the session is still here. The other
+        side's session is ended by its registry, and from then on ours is the last write."""
+        if key in self._reasserting:
+            return
+        self._reasserting.add(key)
+        asyncio.get_running_loop().call_later(REASSERT_DELAY, self._reassert_now, key)
+
+    def _reassert_now(self, key: SessionKey) -> None:
+        self._reasserting.discard(key)
+        if key in self.sessions:
+            subs = self.router.trie.subscriptions_of(key)
+            self.spawn(self.meta.put_subscriptions(key, subs), "reassert")
 
     # -- wills -----------------------------------------------------------------------
     def publish_will(self, client: ClientPort, will: Will, delay: int) -> None:

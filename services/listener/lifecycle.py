@@ -221,6 +221,7 @@ class Lifecycle:
             del targets[key]
             if not conn.persistent:
                 self.router.forget(key)
+            self.router.released(key)
         # Acks and marks of this connection are durable, and its subscriptions in gossip,
         # before the registry may end the session (a clean one's end needs no task).
         writes = self.meta.pending.get(key)

@@ -1,4 +1,4 @@
-"""Real partitions between cluster nodes (cluster-scenarios S9, S12, S13, S24, S25): three
+"""Real partitions between cluster nodes (cluster-scenarios S9, S10, S12, S13, S24, S25): three
 nodes in network namespaces, their cluster links cut with blackhole routes while the test
 still reaches every node on a separate client net (``tests/support/netns.py``).
 
@@ -13,12 +13,12 @@ still reaches every node on a separate client net (``tests/support/netns.py``).
   majority and serves; a client id taken over across the cut ends with one live
   connection once the cut heals.
 - With ``allow_register_during_netsplit = on`` the minority registers tentatively; after
-  the heal the majority's owner wins.
+  the heal the majority's owner wins, and (S10) the queue the tentative session filled
+  is merged into the owner's.
 - S12, S13 (b), (c): subscriptions made and deleted, and retained messages set and
   cleared, on both sides of one split {n1, n2} | {n3}; after the heal every node holds
   the same routes and retained messages, and what was deleted stays deleted. The session
-  the majority kept should keep its subscriptions whichever side wrote last: it does not
-  yet (the xfail reasons say why).
+  the majority kept keeps its subscriptions whichever side wrote last.
 - S24: the forwarding link n1 -> n2 is reset (its TCP connection killed), then n1 <-> n2
   is stalled for 10 s while n3 sees both (the failure detector keeps both up): 1,000
   QoS 1 messages all arrive after the recovery, in order, with no duplicate.
@@ -173,6 +173,57 @@ def test_a_tentative_minority_registration_loses_to_the_majority_after_the_heal(
     assert tentative.disconnect_reason.value == 0x8E, tentative.disconnect_reason
     assert _live(winner)
     winner.disconnect()
+
+
+def test_s10_the_queues_of_both_sides_are_kept_after_the_heal(net: NsCluster) -> None:
+    """S10: a persistent session on n1 and a tentative one of the same id on n3 (the
+    minority) each queue messages during the split. After the heal the majority's
+    session is the one left, and it holds both queues: n3 merges its copy into n1's
+    (``session.merged``) before deleting it, so nothing either side acknowledged is lost."""
+    n1, _n2, n3 = net.nodes
+    cid = "s10-both"
+    first = _persistent(n1, cid).connect()
+    first.subscribe("s10/#", 1)
+    pub1 = Publisher(_client(n1, "s10-p1", version=5).connect())
+    for node in net.nodes:
+        wait_for(lambda n=node: _record(n, cid) == (n1.name, ("s10/#",)), BOUND, 0.2, "route")
+    first.paho.disconnect()
+    first.paho.loop_stop()
+    wait_for(lambda: _owner(net, n1, cid) == [n1.name], BOUND, 0.2, "offline on n1")
+    net.isolate(n3)
+    try:
+        _split(net, n3)
+        tentative = _persistent(n3, cid).connect()
+        assert not tentative.session_present, "n3 could not know the session"
+        tentative.subscribe("s10/#", 1)
+        tentative.paho.disconnect()
+        tentative.paho.loop_stop()
+        pub3 = Publisher(_client(n3, "s10-p3", version=5).connect())
+        for i in range(3):
+            assert pub1.send("s10/t", f"s10-p1:{i}") == [0]
+            assert pub3.send("s10/t", f"s10-p3:{i}") == [0]
+    finally:
+        _heal(net)
+    wait_for(lambda: _owner(net, n3, cid) == [n1.name], BOUND, 0.2, "one session, on n1")
+    wait_for(
+        lambda: any(e.get("client_id") == cid for e in net.events(n1, "session.merged")),
+        BOUND,
+        0.2,
+        "n3's queue merged into n1's",
+    )
+    back = _persistent(n1, cid).connect()
+    try:
+        assert back.session_present
+        got = [m.payload.decode() for m in _drain_n(back, 6)]
+        for p in ("s10-p1", "s10-p3"):  # each publisher's messages once, in order
+            assert [g for g in got if g.startswith(p)] == [f"{p}:{i}" for i in range(3)], got
+        assert len(got) == 6, got
+    finally:
+        back.paho.disconnect()
+        back.paho.loop_stop()
+        for c in (pub1.client, pub3.client):
+            c.paho.disconnect()
+            c.paho.loop_stop()
 
 
 # -- S12 and S13 (b), (c): one split, writes on both sides --------------------------------
@@ -336,33 +387,11 @@ def test_s12_routes_made_and_deleted_on_both_sides_converge(
     assert split.clients["s12-d3"].drain(0.1) == []
 
 
-TOMBSTONE_WINS = (
-    "the minority's tentative registration (clean start 0, not present there) deletes "
-    "the id's subscription record in gossip (services/registry/registrar.py "
-    "Registrar._publish -> records.directory_ops(drop_subs=True)) and its UNSUBSCRIBE "
-    "rewrites it; written after n1's, that write wins last-writer-wins on every node after "
-    "the heal although the register gives the session to n1. Its owner's listener never "
-    "writes the record again: it ignores gossip for its online sessions "
-    "(services/listener/routing/router.py Router.replicate, 'if key in self.targets')"
-)
-REPLICA_IGNORED = (
-    "a race: n3's listener ignores n1's record if it arrives after the heal while the "
-    "tentative session is still online there (services/listener/routing/router.py "
-    "Router.replicate returns for a key in self.targets), and nothing applies the replica "
-    "again once the reconcile ends that session; when the record comes first, n3's trie "
-    "misses the route though its gossip holds the right record, and n3 answers 0x10"
-)
-
-
 @pytest.mark.parametrize(
     "cid",
     [
         pytest.param("s12-y", id="majority-writes-last"),
-        pytest.param(
-            "s12-x",
-            id="minority-writes-last",
-            marks=pytest.mark.xfail(strict=True, reason=TOMBSTONE_WINS),
-        ),
+        pytest.param("s12-x", id="minority-writes-last"),
     ],
 )
 def test_s12_every_node_holds_the_subscriptions_of_the_session_the_majority_kept(
@@ -372,7 +401,8 @@ def test_s12_every_node_holds_the_subscriptions_of_the_session_the_majority_kept
     connected again on n3 during the split, unsubscribes another filter there. The heal
     ends the n3 connection with 0x8E (the majority's registration wins, DESIGN §4); what
     that session did goes with it: every node's record of the id names n1 and holds n1's
-    filters, whichever side wrote last."""
+    filters, whichever side wrote last: n1's listener, holding the session online,
+    writes its record again when it hears another node's (``Broker._reassert``)."""
     n1 = net.nodes[0]
     tentative = split.clients[f"{cid}@n3"]
     assert tentative.disconnected.wait(BOUND), "the tentative session was not ended"
@@ -385,25 +415,15 @@ def test_s12_every_node_holds_the_subscriptions_of_the_session_the_majority_kept
         wait_for(lambda n=node: _record(n, cid) == want, BOUND, 0.2, f"{cid} on {node.name}")
 
 
-def _route_cases() -> list[object]:
-    out: list[object] = []
-    for cid, order in (("s12-y", "majority-writes-last"), ("s12-x", "minority-writes-last")):
-        for k in (1, 2, 3):
-            marks: list[pytest.MarkDecorator] = []
-            if cid == "s12-x" and k != 1:  # n1 routes from its own trie (online there)
-                marks = [pytest.mark.xfail(strict=True, reason=TOMBSTONE_WINS)]
-            elif cid == "s12-y" and k == 3:
-                marks = [pytest.mark.xfail(strict=False, reason=REPLICA_IGNORED)]
-            out.append(pytest.param(cid, k, id=f"{order}-from-n{k}", marks=marks))
-    return out
-
-
-@pytest.mark.parametrize(("cid", "k"), _route_cases())
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("cid", ["s12-y", "s12-x"])
 def test_s12_every_node_routes_to_the_session_the_majority_kept(
     net: NsCluster, split: Split, cid: str, k: int
 ) -> None:
     """S12, as routes: a publish from node ``k`` to each of the kept session's filters is
-    PUBACKed with success and reaches its connection on n1, once."""
+    PUBACKed with success and reaches its connection on n1, once. n3 routes by n1's
+    record even if it arrived while n3's tentative session was still online there (held
+    back until that session ended: ``Router.released``)."""
     live = split.clients[cid]
     live.drain(0.5)
     topic = cid.replace("-", "/")

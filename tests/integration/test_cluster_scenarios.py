@@ -282,21 +282,7 @@ def test_s23a_a_takeover_on_another_node_publishes_a_311_will_once(cluster: Path
     "second",
     [
         pytest.param(N1, id="same-node"),
-        pytest.param(
-            N2,
-            id="across-nodes",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="n1's delayed will is not cancelled when the session resumes on "
-                "n2: the takeover's end queues it in n1's listener (session/ending.py end "
-                "-> broker.py publish_will -> wills.py Wills.publish), and the cancel meant "
-                "for this case (lifecycle.py Lifecycle.moved -> self.wills.cancel, run for "
-                "the Moved command n1's registry broadcasts at the handover's RELEASE, "
-                "handover.py Giver._release) does not take effect: the Moved is broadcast "
-                "(seen on a second Watch stream) and the will still goes out 2 s after the "
-                "takeover",
-            ),
-        ),
+        pytest.param(N2, id="across-nodes"),
     ],
 )
 def test_s23a_a_resume_within_the_delay_cancels_a_delayed_v5_will(

@@ -273,3 +273,24 @@ def test_every_copy_is_delivered_appended_or_forwarded_by_the_rule(
     expected_copies = len(normal) + (1 if shared_members else 0)
     assert len(seen) == expected_copies
     assert set(seen) >= normal
+
+
+def test_another_nodes_record_of_an_online_session_is_held_back_and_reported() -> None:
+    """Both sides of a healed partition registered the id: the listener holding it
+    online hears of the other side's record (True: write ours again) and keeps it
+    aside, to route by once the session has left here."""
+    r, key = router(), ("", "c")
+    r.targets[key] = Target(persistent=True)
+    r.subscribe(key, "a/#", opts(1))
+    assert not r.replicate(key, {"a/#": opts(1)}), "our own record echoed back"
+    theirs = {"b/#": SubOptions(1, node="other@h")}
+    assert r.replicate(key, theirs)
+    assert r.trie.subscriptions_of(key) == {"a/#": opts(1)}, "online here: ours stand"
+    assert r.replicate(key, None), "a deletion of what is here"
+    assert not r.replicate(key, {"a/#": opts(1)}) and key not in r.held_back
+    assert r.replicate(key, theirs)
+    del r.targets[key]
+    r.released(key)
+    assert r.trie.subscriptions_of(key) == theirs, "gone from here: the replica routes"
+    r.released(key)  # nothing held back any more
+    assert r.trie.subscriptions_of(key) == theirs

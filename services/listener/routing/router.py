@@ -100,7 +100,7 @@ class RouteSink(Protocol[T_contra, C]):
 class Router(Generic[T]):
     """One listener's routing table and the decision of where each copy goes."""
 
-    __slots__ = ("node", "picker", "retained", "targets", "trie", "upgrade_qos")
+    __slots__ = ("held_back", "node", "picker", "retained", "targets", "trie", "upgrade_qos")
 
     def __init__(
         self,
@@ -119,6 +119,9 @@ class Router(Generic[T]):
         self.picker = SharedPicker(policy, local_node or node, rng)
         self.upgrade_qos = upgrade_qos
         self.targets: dict[SessionKey, T] = {}
+        # Replicas of sessions online here that disagree with this listener's own
+        # subscriptions, applied when the session leaves (``released``).
+        self.held_back: dict[SessionKey, Mapping[str, SubOptions] | None] = {}
 
     # -- publish ---------------------------------------------------------------------
     def route(self, msg: Message, sink: RouteSink[T, C], ctx: C) -> bool:
@@ -205,14 +208,35 @@ class Router(Generic[T]):
         """Drop every subscription of ``key`` (its session ended or started clean)."""
         self.trie.remove_all(key)
 
-    def replicate(self, key: SessionKey, subs: Mapping[str, SubOptions] | None) -> None:
+    def replicate(self, key: SessionKey, subs: Mapping[str, SubOptions] | None) -> bool:
         """Apply the replica's subscriptions of ``key`` (None: it has none), unless the
-        session is online here and so authoritative for them."""
+        session is online here and so authoritative for them.
+
+        Online here, a replica that differs is held back until the session leaves this
+        listener (``released``): it may be the record of the node the session moved
+        to, which must then route. True when it was written by someone else (it names
+        another route, or deletes what is here): a session registered on both sides of
+        a partition, healed. The caller writes this listener's own record again, so the
+        live session's subscriptions are the last write, whoever wrote before."""
         if key in self.targets:
-            return
+            own = self.trie.subscriptions_of(key)
+            if subs == own or (subs is None and not own):
+                self.held_back.pop(key, None)
+                return False
+            self.held_back[key] = subs
+            if subs is None:
+                return True
+            node = self.node
+            return any(o.node != node for o in subs.values())
         self.trie.remove_all(key)
         for topic_filter, opts in (subs or {}).items():
             self.trie.add(key, topic_filter, opts)
+        return False
+
+    def released(self, key: SessionKey) -> None:
+        """``key``'s session left this listener: a replica held back meanwhile applies."""
+        if key in self.held_back:
+            self.replicate(key, self.held_back.pop(key))
 
     def move(self, key: SessionKey, node: str) -> dict[str, SubOptions]:
         """Point ``key``'s subscriptions at ``node``, where its session now lives (a
