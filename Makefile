@@ -24,11 +24,16 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py
 	rm -f $(NATIVE)
 	touch $(STAMP)
 
+# The extensions and the stamp get the time the build began, not the time it ended: a
+# source edited while it ran is newer than both, so the next make (and the test suite's
+# check) sees that extension as stale.
 $(NATIVE): $(STAMP) $(COMPILED)
+	touch $(NATIVE).began
 	find services -name '*.so' -delete
 	$(BIN)/python setup.py -q build_ext --inplace -j 2
-	find services -name '*.so' -exec touch {} +  # copied from build/ with old mtimes
-	touch $(NATIVE)
+	find services -name '*.so' -exec touch -r $(NATIVE).began {} +  # copied with old mtimes
+	touch -r $(NATIVE).began $(NATIVE)
+	rm -f $(NATIVE).began
 
 install: $(NATIVE)
 
