@@ -1,0 +1,31 @@
+"""Whose copy a new primary starts from.
+
+A failover at epoch ``e`` reads the state of the queue's live replicas, fencing each at
+``e`` (``ReplicaLog.fence``: the old primary can no longer complete a write through
+them). It needs ``r - w + 1`` of them: every committed entry is on ``w`` copies, and
+``w + (r - w + 1) > r``, so at least one copy read holds it. Of the copies read, the one
+whose last position is highest, ``(epoch, seq)`` compared as a tuple, holds every
+committed entry (Raft's up-to-date rule; :mod:`.primary` commits by counting only
+entries of the primary's own epoch, which is what makes the rule sound). The new primary
+copies that log, writes its barrier and replicates to restore ``r`` copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from services.msgstore.replication.log import Position
+
+
+def read_quorum(r: int, w: int) -> int:
+    """How many copies a failover must read."""
+    return r - w + 1
+
+
+def choose(lasts: Mapping[str, Position], r: int, w: int) -> str | None:
+    """The replica to start from, given the last positions read (node -> position);
+    None with fewer than ``read_quorum`` answers. Ties go to the lowest node name, so
+    every node that reads the same answers chooses the same copy."""
+    if len(lasts) < read_quorum(r, w):
+        return None
+    return min(lasts, key=lambda node: (tuple(-x for x in lasts[node]), node))

@@ -1,0 +1,113 @@
+"""A queue's primary: numbers entries, feeds each replica, decides what is committed.
+
+Theory of operation
+-------------------
+The primary of epoch ``e`` appends to its own :class:`~.log.ReplicaLog` and sends each
+replica the entries it lacks, from ``next[replica]``; a refusal moves ``next`` back to
+where that replica's copy ends (the matching check there tells whether it agrees), and
+an acknowledgement moves ``match`` forward.
+
+An entry is **committed** once ``w`` copies hold it (the primary's own included), and
+only then is its publisher acknowledged or its message delivered. As in Raft, only an
+entry of the primary's own epoch is committed by counting copies; earlier entries are
+committed with it, because every copy that holds it holds what comes before. Counting
+copies of an older epoch's entry is unsafe: a later failover may choose a copy without
+it (Raft's figure 8; ``tests/unit/test_msgstore_replication.py`` plays it out). So a new
+primary first writes a **barrier** (an entry of its epoch that carries no message):
+once the barrier is committed, so is everything the failover chose to keep.
+
+Worked example (three replicas, w = 2)::
+
+    p = Primary("a", 1, ReplicaLog(), ["b", "c"], w=2)
+    p.write()                            # (1, 1)
+    p.to_send("b")                       # Append(1, (0, 0), ((1, 1),))
+    p.on_reply("b", Appended(1, 1))      # committed: 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from services.msgstore.replication.log import Append, Appended, Position, Refused, ReplicaLog
+
+MAX_BATCH = 512  # entries per append
+
+
+class Primary:
+    def __init__(
+        self, node: str, epoch: int, log: ReplicaLog, replicas: Iterable[str], w: int
+    ) -> None:
+        if not log.fence(epoch):
+            raise ValueError(f"epoch {epoch} is older than the log's {log.epoch}")
+        self.node = node
+        self.epoch = epoch
+        self.log = log
+        self.w = w
+        self.replicas = [r for r in replicas if r != node]
+        last = log.last()[1]
+        self.next = {r: last + 1 for r in self.replicas}
+        self.match = {r: 0 for r in self.replicas}
+        self.committed = 0
+
+    @property
+    def replaced(self) -> bool:
+        """A failover at a newer epoch fenced this primary's own copy: it must stop."""
+        return self.log.epoch > self.epoch
+
+    def write(self) -> Position | None:
+        """Append the next entry (its message is the shell's); its position, or None
+        when this primary was replaced."""
+        if self.replaced:
+            return None
+        pos = (self.epoch, self.log.last()[1] + 1)
+        self.log.entries.append(pos)
+        self._advance()
+        return pos
+
+    def barrier(self) -> Position | None:
+        """A new primary's first entry: committing it commits what it took over."""
+        return self.write()
+
+    def to_send(self, replica: str) -> Append | None:
+        """What ``replica`` needs next (None: nothing, or replaced). Garbage already
+        dropped here is not sent: a replica that needs it gets everything from the base
+        on."""
+        if self.replaced:
+            return None
+        first = max(self.next[replica], self.log.base[1] + 1)
+        last = self.log.last()[1]
+        if first > last:
+            return None
+        prev = self.log.at(first - 1)
+        assert prev is not None
+        upto = min(last, first + MAX_BATCH - 1)
+        entries = tuple(p for p in (self.log.at(s) for s in range(first, upto + 1)) if p)
+        return Append(self.epoch, prev, entries)
+
+    def on_reply(self, replica: str, reply: Appended | Refused) -> bool:
+        """Take a replica's answer; False when it names a newer epoch (this primary is
+        replaced and must stop)."""
+        if reply.epoch > self.epoch:
+            return False
+        if isinstance(reply, Appended):
+            if reply.epoch == self.epoch and reply.upto > self.match[replica]:
+                self.match[replica] = reply.upto
+                self.next[replica] = max(self.next[replica], reply.upto + 1)
+                self._advance()
+        else:
+            # Resend from where its copy ends, or one further back when it holds that
+            # seq with another epoch (the check fails there too, and again below it).
+            back = min(self.next[replica] - 1, reply.last_seq + 1)
+            self.next[replica] = max(back, self.match[replica] + 1, 1)
+        return True
+
+    def _advance(self) -> None:
+        if self.replaced:
+            return
+        seqs = sorted([self.log.last()[1], *self.match.values()], reverse=True)
+        if len(seqs) < self.w:
+            return
+        candidate = seqs[self.w - 1]
+        held = self.log.at(candidate)
+        if candidate > self.committed and held is not None and held[0] == self.epoch:
+            self.committed = candidate
