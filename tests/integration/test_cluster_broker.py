@@ -25,7 +25,7 @@ from services.common.grpcutil import service_address
 from services.node.schema import schema
 from services.pb import gossip_pb2, gossip_pb2_grpc
 from tests.integration.test_cluster_membership import HTTP, N1, N2, N3, get, health, states
-from tests.support.clients import Client, mosquitto_pub
+from tests.support.clients import Client, mosquitto_pub, until_routed
 from tests.support.cluster import dev_cluster
 from tests.support.node import wait_for
 
@@ -101,19 +101,6 @@ def _connected(cid: str, node: str, **kw: object) -> Client:
     return Client(cid, MQTT[node], **kw).connect()  # type: ignore[arg-type]
 
 
-def _until_routed(pub: Client, topic: str, subs: list[Client]) -> None:
-    """Subscriptions reach other nodes through gossip: publish probes until every
-    subscriber got one, then drain the probes."""
-
-    def all_got_one() -> bool:
-        pub.publish(topic, b"probe", qos=0)
-        return all(not s.messages.empty() for s in subs)
-
-    wait_for(all_got_one, BOUND, 0.2, f"probes on {topic} reach every subscriber")
-    for s in subs:
-        s.drain(0.5)
-
-
 def test_publishes_from_every_node_reach_subscribers_on_every_node_in_order(
     cluster: Path,
 ) -> None:
@@ -126,7 +113,7 @@ def test_publishes_from_every_node_reach_subscribers_on_every_node_in_order(
         for s in subs:
             s.subscribe("s2/#", 1)
         for n, p in pubs.items():
-            _until_routed(p, f"s2/probe/{n[:4]}", subs)
+            until_routed(p, f"s2/probe/{n[:4]}", subs)
         for n, p in pubs.items():
             for i in range(20):
                 p.publish(f"s2/{n[:4]}", f"{n[:4]}-{i}".encode(), qos=1)
@@ -146,7 +133,7 @@ def test_qos2_crosses_nodes_exactly_once(cluster: Path) -> None:
     pub = _connected("q2-pub", N1)
     try:
         sub.subscribe("q2/t", 2)
-        _until_routed(pub, "q2/t", [sub])
+        until_routed(pub, "q2/t", [sub])
         for i in range(10):
             pub.publish("q2/t", str(i).encode(), qos=2).wait_for_publish(10)
         got = sub.take(10)
@@ -163,7 +150,7 @@ def test_a_persistent_session_offline_on_another_node_gets_what_was_published_me
     sub = _connected("off-sub", N2, clean=False)
     sub.subscribe("off/t", 1)
     probe = _connected("off-probe", N1)
-    _until_routed(probe, "off/t", [sub])
+    until_routed(probe, "off/t", [sub])
     probe.disconnect()
     sub.disconnect()
     for i in range(10):  # each PUBACKed only once n2 has it on disk

@@ -39,7 +39,7 @@ from tests.integration.test_cluster_membership import (
     pid_of,
     states,
 )
-from tests.support.clients import Client
+from tests.support.clients import Client, until_routed
 from tests.support.cluster import dev_cluster
 from tests.support.node import wait_for
 
@@ -63,15 +63,6 @@ def sessions(node: str, client_id: str, local: bool = True) -> list[dict[str, ob
     return [r for r in rows if r.get("client_id") == client_id]
 
 
-def _until_routed(pub: Client, topic: str, sub: Client) -> None:
-    def got_one() -> bool:
-        pub.publish(topic, b"probe", qos=0)
-        return not sub.messages.empty()
-
-    wait_for(got_one, BOUND, 0.2, f"probes on {topic} reach {sub.client_id}")
-    sub.drain(0.5)
-
-
 def test_a_connect_on_another_node_takes_the_live_session_over(cluster: Path) -> None:
     old = Client("x-live", MQTT[N1], version=5, reconnect=False).connect()
     try:
@@ -91,7 +82,7 @@ def test_a_persistent_session_moves_with_its_subscriptions_and_queue(cluster: Pa
     pub = Client("x-move-pub", MQTT[N3]).connect()
     try:
         sub.subscribe("move/#", 1)
-        _until_routed(pub, "move/probe", sub)
+        until_routed(pub, "move/probe", [sub])
         sub.disconnect()
         for i in range(20):
             pub.publish("move/t", f"m{i}", qos=1).wait_for_publish(10)
@@ -191,7 +182,7 @@ def test_a_persistent_session_on_a_dead_node_is_refused_until_it_returns(cluster
     pub = Client("x-dead-pub", MQTT[N1]).connect()
     try:
         sub.subscribe("dead/#", 1)
-        _until_routed(pub, "dead/probe", sub)
+        until_routed(pub, "dead/probe", [sub])
         sub.disconnect()
         old.disconnect()
         for i in range(3):

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.support.clients import Client
+from tests.support.clients import Client, until_routed
 from tests.support.node import Node, make_node, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -69,15 +69,6 @@ def _connect_on(node: Node, make: Any, want: str) -> Client:
     raise AssertionError(f"the kernel never placed a connection on {want}")
 
 
-def _until_routed(pub: Client, topic: str, sub: Client) -> None:
-    def got_one() -> bool:
-        pub.publish(topic, b"probe", qos=0)
-        return not sub.messages.empty()
-
-    wait_for(got_one, BOUND, 0.2, f"probes on {topic} reach {sub.client_id}")
-    sub.drain(0.5)
-
-
 def test_both_processes_run_under_the_supervisor_and_serve_the_port(node: Node) -> None:
     status = _status(node)
     assert set(PROCS) <= set(status["children"]), status["children"]
@@ -102,7 +93,7 @@ def test_a_persistent_subscriber_hears_live_what_another_process_publishes(node:
     pub = _connect_on(node, lambda: Client("live-pub", node.mqtt_port), other)
     try:
         sub.subscribe("procs/live", 1)
-        _until_routed(pub, "procs/live", sub)
+        until_routed(pub, "procs/live", [sub])
         for i in range(50):
             pub.publish("procs/live", f"live-pub:{i}", qos=1).wait_for_publish(10)
         got = sub.take(50, timeout=BOUND)
@@ -125,7 +116,7 @@ def test_a_session_resumed_on_the_other_process_gets_its_queue_then_live_message
     sub, where = _connect(node, make_sub)
     sub.subscribe("procs/hop", 1)
     pub = Client("hop-pub", node.mqtt_port).connect()
-    _until_routed(pub, "procs/hop", sub)
+    until_routed(pub, "procs/hop", [sub])
     seq = 0
     moved = 0
     try:

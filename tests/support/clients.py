@@ -169,6 +169,19 @@ class Client:
             sock.close()
 
 
+def until_routed(pub: Client, topic: str, subs: list[Client], bound: float = 30.0) -> None:
+    """Subscriptions reach other nodes (and listener processes) through gossip: publish
+    QoS 0 probes on ``topic`` until every subscriber got one, then drain the probes."""
+
+    def all_got_one() -> bool:
+        pub.publish(topic, b"probe", qos=0)
+        return all(not s.messages.empty() for s in subs)
+
+    wait_for(all_got_one, bound, 0.2, f"probes on {topic} reach every subscriber")
+    for s in subs:
+        s.drain(0.5)
+
+
 def mosquitto_pub(port: int, topic: str, message: str, qos: int = 1, *extra: str) -> None:
     subprocess.run(
         ["mosquitto_pub", "-p", str(port), "-t", topic, "-q", str(qos), "-m", message, *extra],
