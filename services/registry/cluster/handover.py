@@ -124,7 +124,17 @@ class Giver:
             await r.queues.delete(DeleteQueue(key, req.epoch, "taken over"))
             del self._given[key]
             return reply
-        entries, state = await r.backends.read_queue(key, given.epoch, 0)
+        try:
+            entries, state = await r.backends.read_queue(key, given.epoch, 0)
+        except BackendError as exc:
+            # The queue is at a newer epoch than the session here, yet older than the
+            # claim: this node claimed the id itself, adopted the session's queue at that
+            # epoch, and then refused the CONNECT (another claim overtook it). The queue
+            # is the session's all the same; read it at its own epoch.
+            if not given.epoch < exc.store_epoch < req.epoch:
+                raise
+            given.epoch = exc.store_epoch
+            entries, state = await r.backends.read_queue(key, given.epoch, 0)
         reply.entries.extend(entries)
         reply.inbound_qos2.extend(state.inbound_qos2)
         reply.delivered_upto = state.delivered_upto
