@@ -46,7 +46,7 @@ from tests.integration.test_cluster_membership import (
     states,
 )
 from tests.integration.test_cluster_sessions import sessions
-from tests.support.clients import Client, Received, mosquitto_pub
+from tests.support.clients import Client, Received, mosquitto_pub, until_routed
 from tests.support.cluster import dev_cluster
 from tests.support.node import wait_for
 
@@ -112,19 +112,6 @@ def _take(c: Client, n: int) -> list[Received]:
 
 def _payloads(got: list[Received]) -> list[str]:
     return [g.payload.decode() for g in got]
-
-
-def _until_routed(pub: Client, topic: str, subs: list[Client]) -> None:
-    """Subscriptions reach other nodes through gossip: publish QoS 0 probes until every
-    subscriber got one, then drain the probes."""
-
-    def all_got_one() -> bool:
-        pub.publish(topic, b"probe", qos=0)
-        return all(not s.messages.empty() for s in subs)
-
-    wait_for(all_got_one, BOUND, 0.2, f"probes on {topic} reach every subscriber")
-    for s in subs:
-        s.drain(0.5)
 
 
 # -- S16 -----------------------------------------------------------------------------
@@ -232,8 +219,8 @@ def test_s15_a_restarted_node_routes_plain_and_shared_filters_once(cluster: Path
         _restart(cluster, N1)
         pub = Client("s15-pub", MQTT[N1], version=5).connect()
         acks = Acks(pub)
-        _until_routed(pub, "s15/plain/probe", [sub])
-        _until_routed(pub, "s15/shared/probe", [sub])
+        until_routed(pub, "s15/plain/probe", [sub])
+        until_routed(pub, "s15/shared/probe", [sub])
         sent = []
         for seq in range(10):
             topic = "s15/plain/t" if seq < 5 else "s15/shared/t"
@@ -376,7 +363,7 @@ def _s5_takeover(cid: str) -> tuple[list[str], list[Received]]:
     new: Client | None = None
     try:
         old.subscribe(f"{cid}/#", 1)
-        _until_routed(pub, f"{cid}/probe", [old])  # QoS 0: outside the receive maximum
+        until_routed(pub, f"{cid}/probe", [old])  # QoS 0: outside the receive maximum
         sent = [f"{cid}-pub:{seq}" for seq in range(5)]
         for payload in sent[:3]:
             assert acks.wait(pub.paho.publish(f"{cid}/t", payload, 1).mid) == [0], payload

@@ -282,14 +282,23 @@ def test_a_member_that_lost_its_disk_catches_up_before_it_votes(cluster: Path) -
     epoch = int(str(sessions(N1, "x-wiped")[0]["epoch"]))
     os.killpg(pid_of(cluster, N3), signal.SIGKILL)
     wait_for(lambda: states(N1).get(N3) == "down", BOUND, 0.2, "n3 down on n1")
+    wiped_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     shutil.rmtree(cluster / "dev3" / "data")
     _restart_n3(cluster)
     try:
         wait_for(lambda: health(N3) == 200, 90, 0.5, "n3 healthy after its catch-up")
-        done = [
-            e for e in _events(cluster, N3, "registry", "registry.catch_up") if e["state"] == "done"
-        ]
-        assert done and done[-1]["keys"] >= 1, done
+
+        def caught_up() -> list[dict[str, object]]:
+            return [
+                e
+                for e in _events(cluster, N3, "registry", "registry.catch_up")
+                if e["state"] == "done" and str(e["ts"]) > wiped_at
+            ]
+
+        # The event reaches the log up to a flush later than /health turns 200.
+        wait_for(lambda: caught_up() != [], BOUND, 0.2, "n3's catch-up logged")
+        done = caught_up()
+        assert int(str(done[-1]["keys"])) >= 1, done
         after = Client("x-wiped", MQTT[N3], version=5, clean=False, session_expiry=300).connect()
         try:
             assert after.session_present, "the session moved from n1 with its state"
