@@ -270,13 +270,42 @@ _SPECS: Final = [
     ),
     _e(
         "queue.failover",
-        "A replica was promoted after its owner died.",
+        "A replicated queue's primary changed without it (msgstore.replication_factor > 1). "
+        "state done: this node (to_node) became the primary at epoch, starting from the copy "
+        "on from_node, which held up to committed_seq; refused: too few copies answered (the "
+        "CONNECT was refused); superseded: a failover elsewhere fenced this primary.",
         client_id="str",
         mountpoint="str",
         from_node="str",
         to_node="str",
         committed_seq="int",
         epoch="int",
+        state="str",
+        reason="str",
+    ),
+    _e(
+        "queue.replicated",
+        "A replicated queue's primary: state started when it began feeding a replica set "
+        "(after an Open at a new epoch or with new replicas); late when appends were not on "
+        "msgstore.write_quorum copies within msgstore.failover_timeout (their publishers "
+        "were refused).",
+        client_id="str",
+        mountpoint="str",
+        epoch="int",
+        replicas="list[str]",
+        state="str",
+        reason="str",
+    ),
+    _e(
+        "queue.rereplicated",
+        "A replica that lacked part of a replicated queue (new to its replica set, back "
+        "after being down, or holding an older primary's entries) was given the primary's "
+        "whole copy (an install) and holds it up to upto.",
+        client_id="str",
+        mountpoint="str",
+        replica="str",
+        epoch="int",
+        upto="int",
     ),
     _e(
         "store.commit",

@@ -46,7 +46,7 @@ from services.gossip.crdt import dvv, lww
 from services.gossip.crdt.dvv import DVVSet
 from services.gossip.crdt.lww import Resolver, Stamped
 
-PREFIXES: tuple[str, ...] = ("subs", "retain", "sessions", "listeners", "registries")
+PREFIXES: tuple[str, ...] = ("subs", "retain", "sessions", "listeners", "registries", "msgstores")
 RESOLVERS: Mapping[str, Resolver] = {prefix: lww.winner for prefix in PREFIXES}
 
 

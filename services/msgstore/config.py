@@ -61,19 +61,39 @@ SETTINGS: list[Setting] = [
         "msgstore.replication_factor",
         "int",
         "1",
-        "Copies of each persistent queue (R). 1 = no replication. Replicated queues are "
-        "not built yet, so only 1 is accepted: more would promise copies that are not made.",
+        "Copies of each persistent session's queue (R), on its owner (the primary) and the "
+        "next R - 1 members on the client id's hash ring. 1 = no replication: the queue is "
+        "unavailable while its node is down (a persistent session resuming elsewhere is "
+        "refused with 0x88 until that node returns).",
         minimum=1,
-        maximum=1,
+        maximum=7,
     ),
     Setting(
         "msgstore.write_quorum",
         "int",
-        "1",
-        "Copies that must be durable before a publisher is acknowledged (W <= R); "
-        "only 1 until replicated queues are built.",
-        minimum=1,
-        maximum=1,
+        "0",
+        "Copies that must hold a message durably, under msgstore.fsync, before its "
+        "publisher is acknowledged (W <= R). 0 = a majority of msgstore.replication_factor.",
+        minimum=0,
+        maximum=7,
+    ),
+    Setting(
+        "msgstore.failover_timeout",
+        "duration",
+        "10s",
+        "How long a publish waits for a replicated queue to reach msgstore.write_quorum "
+        "copies (a replica down, a failover under way) before the publisher is refused: "
+        "PUBACK 0x80 for MQTT 5, no PUBACK for 3.1.1 (it sends again). Never a success for "
+        "a message that is not on W copies.",
+        minimum=0.01,
+    ),
+    Setting(
+        "cluster.msgstore_listen",
+        "address",
+        "127.0.0.1:0",
+        "Where this node's msgstore takes replicated queues' appends, fences and reads from "
+        "the other nodes (host:port; every call must prove distributed_cookie). Port 0 takes "
+        "a free port, which the cluster learns through gossip; on real hosts set a fixed one.",
     ),
 ]
 
@@ -81,6 +101,23 @@ SETTINGS: list[Setting] = [
 def _forever_if_never(seconds: float) -> float:
     """``never`` parses as -1."""
     return math.inf if seconds < 0 else seconds
+
+
+def write_quorum(r: int, w: int) -> int:
+    """W as configured, with 0 read as a majority of R."""
+    return w or r // 2 + 1
+
+
+def quorum_problem(r: int, w: int) -> str:
+    """Why R and W cannot work together ("" when they can): copies that can never all
+    exist would refuse every publish."""
+    if w > r:
+        return f"msgstore.write_quorum = {w} is more than msgstore.replication_factor = {r}"
+    return ""
+
+
+def _gossip_address(config: Config) -> str:
+    return service_address(config, "gossip")
 
 
 def _address(config: Config) -> str:
@@ -100,6 +137,16 @@ class MsgstoreSettings:
     max_batch_delay: float = setting("msgstore.max_batch_delay")
     map_size: int = setting("msgstore.map_size")
     tombstone_ttl: float = setting("msgstore.tombstone_ttl", convert=_forever_if_never)
+    replication_factor: int = setting("msgstore.replication_factor")
+    configured_quorum: int = setting("msgstore.write_quorum")
+    failover_timeout: float = setting("msgstore.failover_timeout")
+    listen: str = setting("cluster.msgstore_listen")
+    cookie: str = setting("distributed_cookie")
+    gossip_address: str = computed(_gossip_address)
+
+    @property
+    def write_quorum(self) -> int:
+        return write_quorum(self.replication_factor, self.configured_quorum)
 
     @property
     def store_path(self) -> Path:

@@ -90,6 +90,8 @@ class OpenQueue:
     create: bool = False
     clean: bool = False
     max_len: int = 0  # 0 = unlimited
+    # A replicated queue's replica set, this node (the primary) first; () = not replicated.
+    replicas: tuple[str, ...] = ()
 
     ops = 1
 
@@ -115,7 +117,37 @@ class CollectTombstones:
         return len(self.graves)
 
 
-Job = WriteBatch | OpenQueue | DeleteQueue | CollectTombstones
+@dataclass(frozen=True, slots=True)
+class ReplicaWrite:
+    """A replicated queue's primary feeds this node's copy (``replicated``): ``entries``
+    are ``(epoch, seq, data)`` after position ``prev``; empty data is a position whose
+    message the client already acknowledged. ``install``: drop the copy first."""
+
+    session: SessionKey
+    epoch: int
+    prev: tuple[int, int]
+    entries: tuple[tuple[int, int, bytes], ...]
+    install: bool = False
+    acked: int = 0
+    max_len: int = 0
+    replicas: tuple[str, ...] = ()
+
+    @property
+    def ops(self) -> int:
+        return max(1, len(self.entries))
+
+
+@dataclass(frozen=True, slots=True)
+class FenceQueue:
+    """A failover at ``epoch`` reads this copy: it refuses older primaries from now on."""
+
+    session: SessionKey
+    epoch: int
+
+    ops = 1
+
+
+Job = WriteBatch | OpenQueue | DeleteQueue | CollectTombstones | ReplicaWrite | FenceQueue
 
 
 class AppendResult(NamedTuple):
@@ -170,7 +202,24 @@ class Collected:
     error: str = ""
 
 
-Result = BatchResult | QueueState | Collected
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """What a :class:`ReplicaWrite` or :class:`FenceQueue` did to a copy: ``ok`` False
+    when it was refused (``reason``). ``upto``: the copy holds the primary's log up to
+    there; ``last`` and ``base``: the positions of its last entry and of the last one
+    dropped as acknowledged."""
+
+    session: SessionKey
+    ok: bool
+    exists: bool = False
+    epoch: int = 0
+    upto: int = 0
+    last: tuple[int, int] = (0, 0)
+    base: tuple[int, int] = (0, 0)
+    reason: str = ""
+
+
+Result = BatchResult | QueueState | Collected | ReplicaState
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,10 +254,14 @@ class QueueMeta:
     delivered_upto: int = 0
     max_len: int = 0
     marks: int = 0
+    replicated: bool = False  # it has a record in ``repl`` (services.msgstore.replicated)
+    # A copy another node's primary feeds: this node's own appends are refused (a stale
+    # route to the session's old node must not write into it).
+    replica: bool = False
 
     def encode(self) -> bytes:
         return _META.pack(
-            int(self.exists),
+            int(self.exists) | (2 if self.replicated else 0) | (4 if self.replica else 0),
             self.epoch,
             self.last_seq,
             self.acked,
@@ -221,5 +274,8 @@ class QueueMeta:
 
     @classmethod
     def decode(cls, raw: bytes) -> QueueMeta:
-        exists, epoch, last, acked, count, size, delivered, max_len, marks = _META.unpack(raw)
-        return cls(bool(exists), epoch, last, acked, count, size, delivered, max_len, marks)
+        flags, epoch, last, acked, count, size, delivered, max_len, marks = _META.unpack(raw)
+        return cls(
+            bool(flags & 1), epoch, last, acked, count, size, delivered, max_len, marks,
+            bool(flags & 2), bool(flags & 4),
+        )  # fmt: skip

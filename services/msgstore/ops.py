@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from services.common.session_key import SessionKey
-from services.msgstore import keys
+from services.msgstore import keys, replicated
 from services.msgstore.engines.base import ReadTxn, WriteTxn
 from services.msgstore.model import (
     Ack,
@@ -26,18 +26,21 @@ from services.msgstore.model import (
     Collected,
     CollectTombstones,
     DeleteQueue,
+    FenceQueue,
     Job,
     Mark,
     MarkKind,
     OpenQueue,
     QueueMeta,
     QueueState,
+    ReplicaState,
+    ReplicaWrite,
     Result,
     WriteBatch,
 )
 
-DBS = ("meta", "entries", "marks")
-META, ENTRIES, MARKS = DBS
+DBS = ("meta", "entries", "marks", "repl")
+META, ENTRIES, MARKS, REPL = DBS  # repl: replicated queues' records (``replicated``)
 READ_MAX_ENTRIES = 1000  # when a Read asks for 0 (= "as many as sensible")
 READ_MAX_BYTES = 16 * 1024 * 1024  # stay well under the gRPC message limit
 # Appends stop when live data fills this much of the store: the rest is the reserve that
@@ -197,7 +200,7 @@ def _append(t: Txn, op: Append) -> AppendResult:
         return _NO_QUEUE
     sess, meta = found
     epoch = op.epoch
-    if epoch and epoch < meta.epoch:
+    if (epoch and epoch < meta.epoch) or meta.replica:
         return _STALE
     if meta.max_len and meta.count >= meta.max_len:
         return _QUEUE_FULL
@@ -299,7 +302,10 @@ def _open(t: Txn, job: OpenQueue) -> QueueState:
         t.delta.queues += 1
     meta.epoch = job.epoch
     meta.max_len = job.max_len
+    meta.replica = False  # opened by this node's registry: the session is owned here
     t.store(sess, meta)
+    if job.replicas or meta.replicated:
+        replicated.on_open(t, sess, meta, job, job.clean and not created)
     return queue_state(t.txn, job.session, sess, meta, created=created)
 
 
@@ -315,6 +321,9 @@ def _delete(t: Txn, job: DeleteQueue) -> QueueState:
     t.wipe(sess, meta)
     meta.exists = False
     meta.epoch = max(meta.epoch, job.epoch)
+    if meta.replicated:
+        meta.replicated = False
+        replicated.on_delete(t, sess)
     t.delta.queues -= 1
     return queue_state(t.txn, job.session, sess, meta, deleted=True)
 
@@ -339,6 +348,8 @@ _HANDLERS: dict[type, Callable[[Txn, object], Result]] = {
     OpenQueue: _open,  # type: ignore[dict-item]
     DeleteQueue: _delete,  # type: ignore[dict-item]
     CollectTombstones: _collect,  # type: ignore[dict-item]
+    ReplicaWrite: replicated.replica_write,  # type: ignore[dict-item]
+    FenceQueue: replicated.fence,  # type: ignore[dict-item]
 }
 
 
@@ -354,4 +365,6 @@ def failed_result(job: Job, reason: str) -> Result:
         return BatchResult(job.batch_id, error, reason)
     if isinstance(job, CollectTombstones):
         return Collected(0, reason)
+    if isinstance(job, (ReplicaWrite, FenceQueue)):
+        return ReplicaState(job.session, False, reason=reason)
     return QueueState(job.session, error=reason, store_error=True)

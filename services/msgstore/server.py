@@ -17,6 +17,8 @@ from services.common.grpcutil import AdminServicer, bind, create_server
 from services.common.metrics import MetricsRegistry
 from services.common.service import started
 from services.common.typed_settings import build
+from services.msgstore.cluster.start import ClusterSide
+from services.msgstore.cluster.start import start as start_cluster
 from services.msgstore.committer import Committer
 from services.msgstore.config import MsgstoreSettings
 from services.msgstore.engines.base import StoreError
@@ -106,6 +108,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     store.tombstones_at_open = []
     servicer = MsgStoreServicer(store, committer, graveyard=graveyard)
     ready = False
+    side: ClusterSide | None = None
 
     def details() -> dict[str, Any]:
         totals = store.totals
@@ -120,6 +123,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             "groups": committer.groups,
             "tombstones": len(graveyard),
             "tombstones_collected": graveyard.collected,
+            "replication": side.replicator.status() if side is not None else None,
         }
 
     server = create_server()
@@ -128,6 +132,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     common_pb2_grpc.add_AdminServicer_to_server(admin, server)
     collector = asyncio.create_task(collect_tombstones(committer, graveyard))
     try:
+        if settings.replication_factor > 1:
+            side = servicer.cluster = await start_cluster(settings, store, committer)
         bind(server, settings.address)
         await server.start()
         ready = True
@@ -137,6 +143,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         ready = False
         collector.cancel()
         await server.stop(STOP_GRACE)
+        if side is not None:
+            await side.close()
         await committer.close()
         try:
             store.engine.close()

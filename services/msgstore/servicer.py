@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from services.common import log
+from services.common.session_key import SessionKey
 from services.msgstore import keys
 from services.msgstore.committer import Committer
 from services.msgstore.convert import (
@@ -40,8 +41,13 @@ from services.msgstore.model import (
     Result,
 )
 from services.msgstore.queue import QueueStore
+from services.msgstore.replica_reads import copies_of
 from services.msgstore.tombstones import Graveyard
-from services.pb import msgstore_pb2, msgstore_pb2_grpc
+from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
+
+if TYPE_CHECKING:
+    from services.msgstore.cluster.replicator import Replicator
+    from services.msgstore.cluster.start import ClusterSide
 
 STREAM_INFLIGHT = 256
 QUEUES_PAGE = 1000  # Queues lists at most this many per call
@@ -64,6 +70,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         self.inflight = inflight
         self.streams = 0
         self.graveyard = graveyard if graveyard is not None else Graveyard()
+        self.cluster: ClusterSide | None = None  # replicated queues (R > 1) only
 
     async def Stream(
         self, request_iterator: AsyncIterator[bytes], context: Any
@@ -80,6 +87,8 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                 result = await future
                 slots.release()
                 assert isinstance(result, BatchResult)
+                if self.cluster is not None and self.cluster.replicator.queues:
+                    await self._replicated(self.cluster.replicator, appends, result)
                 if logged:
                     log_queued(appends, logged, result)
                 yield result_to_pb(result)
@@ -121,6 +130,46 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             waiting.put_nowait(None)
 
     @staticmethod
+    async def _replicated(
+        replicator: Replicator, appends: Sequence[Append], result: BatchResult
+    ) -> None:
+        """Hold the result until the appends to replicated queues are on W copies; those
+        that are not within ``msgstore.failover_timeout`` fail (never a success for a
+        message on fewer copies)."""
+        seqs: dict[SessionKey, list[int]] = {}
+        for op, res in zip(appends, result.results, strict=False):
+            if res.status == AppendStatus.OK and op.session in replicator.queues:
+                seqs.setdefault(op.session, []).append(res.seq)
+        if not seqs:
+            return
+        pending = {}
+        for sid, got in seqs.items():
+            fut = replicator.appended(sid, got)
+            if fut is not None:
+                pending[sid] = fut
+        failed = await replicator.wait(pending)
+        if not failed:
+            return
+        refused = AppendResult(AppendStatus.STORE_ERROR)
+        result.results = [
+            refused if op.session in failed and res.status == AppendStatus.OK else res
+            for op, res in zip(appends, result.results, strict=False)
+        ]
+        result.error = "not on msgstore.write_quorum copies within msgstore.failover_timeout"
+        for sid in failed:
+            qp = replicator.queues.get(sid)
+            log.emit(
+                "queue.replicated",
+                "warning",
+                client_id=sid[1],
+                mountpoint=sid[0],
+                epoch=qp.primary.epoch if qp is not None else 0,
+                replicas=list(qp.copies) if qp is not None else [],
+                state="late",
+                reason=result.error,
+            )
+
+    @staticmethod
     def _refuse(
         waiting: asyncio.Queue[_Waiting | None], batch_id: int, appends: int, why: str
     ) -> None:
@@ -135,11 +184,17 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
     async def Open(
         self, request: msgstore_pb2.OpenRequest, context: Any
     ) -> msgstore_pb2.QueueState:
+        sid = session_key(request.key)
         job = OpenQueue(
-            session_key(request.key), request.epoch, request.create, request.clean, request.max_len
-        )
+            sid, request.epoch, request.create, request.clean, request.max_len,
+            tuple(request.replicas),
+        )  # fmt: skip
+        if self.cluster is not None:
+            self.cluster.replicator.pause(sid)
         state = await self.committer.submit(job)
         assert isinstance(state, QueueState)
+        if self.cluster is not None:
+            await self.cluster.replicator.opened(sid)
         if state.created:
             mountpoint, client_id = state.session
             log.emit("queue.created", client_id=client_id, mountpoint=mountpoint, epoch=state.epoch)
@@ -152,12 +207,39 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             DeleteQueue(session_key(request.key), request.epoch, request.reason)
         )
         assert isinstance(state, QueueState)
+        if state.deleted and self.cluster is not None:
+            self.cluster.replicator.forget(state.session)
         if state.deleted:
             mountpoint, client_id = state.session
             self.graveyard.bury(keys.session(mountpoint, client_id), state.epoch, time.monotonic())
             reason = request.reason or "deleted"
             log.emit("queue.deleted", client_id=client_id, mountpoint=mountpoint, reason=reason)
         return state_to_pb(state)
+
+    async def Failover(
+        self, request: msgstore_pb2.FailoverRequest, context: Any
+    ) -> msgstore_pb2.QueueState:
+        if self.cluster is None:
+            return msgstore_pb2.QueueState(
+                key=request.key, error="queues are not replicated (msgstore.replication_factor = 1)"
+            )
+        return await self.cluster.failover.run(request)
+
+    async def Orphans(
+        self, request: msgstore_pb2.OrphansRequest, context: Any
+    ) -> msgstore_pb2.QueuesReply:
+        found = await asyncio.to_thread(copies_of, self.store, request.primary)
+        reply = msgstore_pb2.QueuesReply()
+        for sid, copy in found:
+            reply.queues.add(
+                key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]),
+                exists=True,
+                epoch=copy.log.epoch,
+                last_seq=copy.log.last()[1],
+                acked=copy.log.base[1],
+                replicas=list(copy.replicas),
+            )
+        return reply
 
     async def Read(self, request: msgstore_pb2.ReadRequest, context: Any) -> msgstore_pb2.ReadReply:
         sid = session_key(request.key)
@@ -227,6 +309,8 @@ def add_to_server(servicer: MsgStoreServicer, server: grpc.aio.Server) -> None:
         "Delete": unary(servicer.Delete, pb.DeleteRequest, pb.QueueState),
         "Stats": unary(servicer.Stats, pb.StatsRequest, pb.StatsReply),
         "Queues": unary(servicer.Queues, pb.QueuesRequest, pb.QueuesReply),
+        "Failover": unary(servicer.Failover, pb.FailoverRequest, pb.QueueState),
+        "Orphans": unary(servicer.Orphans, pb.OrphansRequest, pb.QueuesReply),
     }
     service = "ternmq.msgstore.MsgStore"
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from services.common.config import ConfigError, load
-from services.node.schema import schema
+from services.node.schema import checked, schema
 
 EXIT_CONFIG = 2
 
@@ -35,7 +35,7 @@ def _overrides(sets: tuple[str, ...]) -> dict[str, str]:
 def load_config(path: str | None, sets: tuple[str, ...] = ()) -> Any:
     """Load and validate, or exit with status 2 naming the file, line and reason."""
     try:
-        return load(schema(), path, _overrides(sets))
+        return checked(load(schema(), path, _overrides(sets)))
     except ConfigError as exc:
         click.echo(f"ternmq: invalid configuration:\n{exc}", err=True)
         sys.exit(EXIT_CONFIG)

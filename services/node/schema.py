@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from functools import cache
 
-from services.common.config import Schema
+from services.common.config import Config, ConfigError, Problem, Schema
 from services.common.settings import Setting
 from services.gossip.config import SETTINGS as GOSSIP
 from services.listener.config import SETTINGS as LISTENER
 from services.msgstore.config import SETTINGS as MSGSTORE
+from services.msgstore.config import quorum_problem
 from services.registry.config import SETTINGS as REGISTRY
 
 NODE_SETTINGS: list[Setting] = [
@@ -135,3 +136,13 @@ NODE_SETTINGS: list[Setting] = [
 @cache
 def schema() -> Schema:
     return Schema([*NODE_SETTINGS, *LISTENER, *REGISTRY, *GOSSIP, *MSGSTORE])
+
+
+def checked(config: Config) -> Config:
+    """``config``, or ConfigError for keys that are each valid but do not go together."""
+    r, w = config.get("msgstore.replication_factor"), config.get("msgstore.write_quorum")
+    assert isinstance(r, int) and isinstance(w, int)
+    problem = quorum_problem(r, w)
+    if problem:
+        raise ConfigError([Problem(config.source, 0, problem)])
+    return config

@@ -25,47 +25,67 @@ _sym_db = _symbol_database.Default()
 from services.pb import common_pb2 as services_dot_pb_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aservices/pb/msgstore.proto\x12\x0fternmq.msgstore\x1a\x18services/pb/common.proto\"\\\n\x06\x41ppend\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\"\n\x08\x64\x65livery\x18\x03 \x01(\x0b\x32\x10.ternmq.Delivery\"[\n\x03\x41\x63k\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0c\n\x04seqs\x18\x03 \x03(\x04\x12\x16\n\x0e\x64\x65livered_upto\x18\x04 \x01(\x04\"x\n\x04Mark\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.ternmq.msgstore.MarkKind\x12\n\n\x02id\x18\x04 \x01(\x04\x12\x0b\n\x03set\x18\x05 \x01(\x08\"\x92\x01\n\nStoreBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12(\n\x07\x61ppends\x18\x02 \x03(\x0b\x32\x17.ternmq.msgstore.Append\x12\"\n\x04\x61\x63ks\x18\x03 \x03(\x0b\x32\x14.ternmq.msgstore.Ack\x12$\n\x05marks\x18\x04 \x03(\x0b\x32\x15.ternmq.msgstore.Mark\"\x8c\x01\n\x10StoreBatchResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nstale_acks\x18\x04 \x01(\x04\x12/\n\x08statuses\x18\x05 \x03(\x0e\x32\x1d.ternmq.msgstore.AppendStatus\x12\x0c\n\x04seqs\x18\x06 \x03(\x04J\x04\x08\x02\x10\x03\"m\n\x0bOpenRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06\x63reate\x18\x03 \x01(\x08\x12\r\n\x05\x63lean\x18\x04 \x01(\x08\x12\x0f\n\x07max_len\x18\x05 \x01(\r\"\xd2\x01\n\nQueueState\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x10\n\x08last_seq\x18\x04 \x01(\x04\x12\r\n\x05\x61\x63ked\x18\x05 \x01(\x04\x12\r\n\x05\x63ount\x18\x06 \x01(\x04\x12\x16\n\x0e\x64\x65livered_upto\x18\x07 \x01(\x04\x12\x14\n\x0cinbound_qos2\x18\x08 \x03(\x04\x12\x17\n\x0foutbound_pubrel\x18\t \x03(\x04\x12\r\n\x05\x65rror\x18\n \x01(\t\"e\n\x0bReadRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\tafter_seq\x18\x03 \x01(\x04\x12\x13\n\x0bmax_entries\x18\x04 \x01(\r\"=\n\nQueueEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\"\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x10.ternmq.Delivery\"e\n\tReadReply\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueEntry\x12*\n\x05state\x18\x02 \x01(\x0b\x32\x1b.ternmq.msgstore.QueueState\"O\n\rDeleteRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\"\n\x0cStatsRequest\x12\x12\n\nmax_queues\x18\x01 \x01(\r\"f\n\nStatsReply\x12\x0e\n\x06queues\x18\x01 \x01(\x04\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12(\n\x03top\x18\x04 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueState\"-\n\rQueuesRequest\x12\r\n\x05\x61\x66ter\x18\x01 \x01(\x0c\x12\r\n\x05limit\x18\x02 \x01(\r\"H\n\x0bQueuesReply\x12+\n\x06queues\x18\x01 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueState\x12\x0c\n\x04next\x18\x02 \x01(\x0c*y\n\x0c\x41ppendStatus\x12\r\n\tAPPEND_OK\x10\x00\x12\x13\n\x0f\x41PPEND_NO_QUEUE\x10\x01\x12\x15\n\x11\x41PPEND_QUEUE_FULL\x10\x02\x12\x16\n\x12\x41PPEND_STALE_EPOCH\x10\x03\x12\x16\n\x12\x41PPEND_STORE_ERROR\x10\x04*;\n\x08MarkKind\x12\x15\n\x11MARK_INBOUND_QOS2\x10\x00\x12\x18\n\x14MARK_OUTBOUND_PUBREL\x10\x01\x32\xb1\x03\n\x08MsgStore\x12L\n\x06Stream\x12\x1b.ternmq.msgstore.StoreBatch\x1a!.ternmq.msgstore.StoreBatchResult(\x01\x30\x01\x12\x41\n\x04Open\x12\x1c.ternmq.msgstore.OpenRequest\x1a\x1b.ternmq.msgstore.QueueState\x12@\n\x04Read\x12\x1c.ternmq.msgstore.ReadRequest\x1a\x1a.ternmq.msgstore.ReadReply\x12\x45\n\x06\x44\x65lete\x12\x1e.ternmq.msgstore.DeleteRequest\x1a\x1b.ternmq.msgstore.QueueState\x12\x43\n\x05Stats\x12\x1d.ternmq.msgstore.StatsRequest\x1a\x1b.ternmq.msgstore.StatsReply\x12\x46\n\x06Queues\x12\x1e.ternmq.msgstore.QueuesRequest\x1a\x1c.ternmq.msgstore.QueuesReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aservices/pb/msgstore.proto\x12\x0fternmq.msgstore\x1a\x18services/pb/common.proto\"!\n\x0eOrphansRequest\x12\x0f\n\x07primary\x18\x01 \x01(\t\"<\n\x0cReplicaEntry\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x10\n\x08\x64\x65livery\x18\x03 \x01(\x0c\"\xd8\x01\n\rReplicaAppend\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x12\n\nprev_epoch\x18\x03 \x01(\x04\x12\x10\n\x08prev_seq\x18\x04 \x01(\x04\x12\x0f\n\x07install\x18\x05 \x01(\x08\x12.\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x1d.ternmq.msgstore.ReplicaEntry\x12\r\n\x05\x61\x63ked\x18\x07 \x01(\x04\x12\x0f\n\x07max_len\x18\x08 \x01(\r\x12\x10\n\x08replicas\x18\t \x03(\t\"Y\n\x0cReplicaReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0c\n\x04upto\x18\x03 \x01(\x04\x12\x10\n\x08last_seq\x18\x04 \x01(\x04\x12\x0e\n\x06reason\x18\x05 \x01(\t\">\n\x0c\x46\x65nceRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\x93\x01\n\nFenceReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x12\n\nlast_epoch\x18\x04 \x01(\x04\x12\x10\n\x08last_seq\x18\x05 \x01(\x04\x12\x12\n\nbase_epoch\x18\x06 \x01(\x04\x12\x10\n\x08\x62\x61se_seq\x18\x07 \x01(\x04\x12\x0e\n\x06reason\x18\x08 \x01(\t\"f\n\x0c\x46\x65tchRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\tafter_seq\x18\x03 \x01(\x04\x12\x13\n\x0bmax_entries\x18\x04 \x01(\r\"]\n\nFetchReply\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.ternmq.msgstore.ReplicaEntry\x12\x10\n\x08last_seq\x18\x02 \x01(\x04\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"t\n\x0f\x46\x61iloverRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06\x63opies\x18\x03 \x03(\t\x12\x10\n\x08replicas\x18\x04 \x03(\t\x12\x0f\n\x07max_len\x18\x05 \x01(\r\"\\\n\x06\x41ppend\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\"\n\x08\x64\x65livery\x18\x03 \x01(\x0b\x32\x10.ternmq.Delivery\"[\n\x03\x41\x63k\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0c\n\x04seqs\x18\x03 \x03(\x04\x12\x16\n\x0e\x64\x65livered_upto\x18\x04 \x01(\x04\"x\n\x04Mark\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.ternmq.msgstore.MarkKind\x12\n\n\x02id\x18\x04 \x01(\x04\x12\x0b\n\x03set\x18\x05 \x01(\x08\"\x92\x01\n\nStoreBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12(\n\x07\x61ppends\x18\x02 \x03(\x0b\x32\x17.ternmq.msgstore.Append\x12\"\n\x04\x61\x63ks\x18\x03 \x03(\x0b\x32\x14.ternmq.msgstore.Ack\x12$\n\x05marks\x18\x04 \x03(\x0b\x32\x15.ternmq.msgstore.Mark\"\x8c\x01\n\x10StoreBatchResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nstale_acks\x18\x04 \x01(\x04\x12/\n\x08statuses\x18\x05 \x03(\x0e\x32\x1d.ternmq.msgstore.AppendStatus\x12\x0c\n\x04seqs\x18\x06 \x03(\x04J\x04\x08\x02\x10\x03\"\x7f\n\x0bOpenRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06\x63reate\x18\x03 \x01(\x08\x12\r\n\x05\x63lean\x18\x04 \x01(\x08\x12\x0f\n\x07max_len\x18\x05 \x01(\r\x12\x10\n\x08replicas\x18\x06 \x03(\t\"\xf7\x01\n\nQueueState\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x10\n\x08last_seq\x18\x04 \x01(\x04\x12\r\n\x05\x61\x63ked\x18\x05 \x01(\x04\x12\r\n\x05\x63ount\x18\x06 \x01(\x04\x12\x16\n\x0e\x64\x65livered_upto\x18\x07 \x01(\x04\x12\x14\n\x0cinbound_qos2\x18\x08 \x03(\x04\x12\x17\n\x0foutbound_pubrel\x18\t \x03(\x04\x12\r\n\x05\x65rror\x18\n \x01(\t\x12\x10\n\x08replicas\x18\x0b \x03(\t\x12\x11\n\tcommitted\x18\x0c \x01(\x04\"e\n\x0bReadRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\tafter_seq\x18\x03 \x01(\x04\x12\x13\n\x0bmax_entries\x18\x04 \x01(\r\"=\n\nQueueEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\"\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x10.ternmq.Delivery\"e\n\tReadReply\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueEntry\x12*\n\x05state\x18\x02 \x01(\x0b\x32\x1b.ternmq.msgstore.QueueState\"O\n\rDeleteRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\"\n\x0cStatsRequest\x12\x12\n\nmax_queues\x18\x01 \x01(\r\"f\n\nStatsReply\x12\x0e\n\x06queues\x18\x01 \x01(\x04\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12(\n\x03top\x18\x04 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueState\"-\n\rQueuesRequest\x12\r\n\x05\x61\x66ter\x18\x01 \x01(\x0c\x12\r\n\x05limit\x18\x02 \x01(\r\"H\n\x0bQueuesReply\x12+\n\x06queues\x18\x01 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueState\x12\x0c\n\x04next\x18\x02 \x01(\x0c*y\n\x0c\x41ppendStatus\x12\r\n\tAPPEND_OK\x10\x00\x12\x13\n\x0f\x41PPEND_NO_QUEUE\x10\x01\x12\x15\n\x11\x41PPEND_QUEUE_FULL\x10\x02\x12\x16\n\x12\x41PPEND_STALE_EPOCH\x10\x03\x12\x16\n\x12\x41PPEND_STORE_ERROR\x10\x04*;\n\x08MarkKind\x12\x15\n\x11MARK_INBOUND_QOS2\x10\x00\x12\x18\n\x14MARK_OUTBOUND_PUBREL\x10\x01\x32\xc6\x04\n\x08MsgStore\x12L\n\x06Stream\x12\x1b.ternmq.msgstore.StoreBatch\x1a!.ternmq.msgstore.StoreBatchResult(\x01\x30\x01\x12\x41\n\x04Open\x12\x1c.ternmq.msgstore.OpenRequest\x1a\x1b.ternmq.msgstore.QueueState\x12@\n\x04Read\x12\x1c.ternmq.msgstore.ReadRequest\x1a\x1a.ternmq.msgstore.ReadReply\x12\x45\n\x06\x44\x65lete\x12\x1e.ternmq.msgstore.DeleteRequest\x1a\x1b.ternmq.msgstore.QueueState\x12\x43\n\x05Stats\x12\x1d.ternmq.msgstore.StatsRequest\x1a\x1b.ternmq.msgstore.StatsReply\x12\x46\n\x06Queues\x12\x1e.ternmq.msgstore.QueuesRequest\x1a\x1c.ternmq.msgstore.QueuesReply\x12I\n\x08\x46\x61ilover\x12 .ternmq.msgstore.FailoverRequest\x1a\x1b.ternmq.msgstore.QueueState\x12H\n\x07Orphans\x12\x1f.ternmq.msgstore.OrphansRequest\x1a\x1c.ternmq.msgstore.QueuesReply2\xdc\x01\n\x07Replica\x12G\n\x06\x41ppend\x12\x1e.ternmq.msgstore.ReplicaAppend\x1a\x1d.ternmq.msgstore.ReplicaReply\x12\x43\n\x05\x46\x65nce\x12\x1d.ternmq.msgstore.FenceRequest\x1a\x1b.ternmq.msgstore.FenceReply\x12\x43\n\x05\x46\x65tch\x12\x1d.ternmq.msgstore.FetchRequest\x1a\x1b.ternmq.msgstore.FetchReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'services.pb.msgstore_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPENDSTATUS']._serialized_start=1609
-  _globals['_APPENDSTATUS']._serialized_end=1730
-  _globals['_MARKKIND']._serialized_start=1732
-  _globals['_MARKKIND']._serialized_end=1791
-  _globals['_APPEND']._serialized_start=73
-  _globals['_APPEND']._serialized_end=165
-  _globals['_ACK']._serialized_start=167
-  _globals['_ACK']._serialized_end=258
-  _globals['_MARK']._serialized_start=260
-  _globals['_MARK']._serialized_end=380
-  _globals['_STOREBATCH']._serialized_start=383
-  _globals['_STOREBATCH']._serialized_end=529
-  _globals['_STOREBATCHRESULT']._serialized_start=532
-  _globals['_STOREBATCHRESULT']._serialized_end=672
-  _globals['_OPENREQUEST']._serialized_start=674
-  _globals['_OPENREQUEST']._serialized_end=783
-  _globals['_QUEUESTATE']._serialized_start=786
-  _globals['_QUEUESTATE']._serialized_end=996
-  _globals['_READREQUEST']._serialized_start=998
-  _globals['_READREQUEST']._serialized_end=1099
-  _globals['_QUEUEENTRY']._serialized_start=1101
-  _globals['_QUEUEENTRY']._serialized_end=1162
-  _globals['_READREPLY']._serialized_start=1164
-  _globals['_READREPLY']._serialized_end=1265
-  _globals['_DELETEREQUEST']._serialized_start=1267
-  _globals['_DELETEREQUEST']._serialized_end=1346
-  _globals['_STATSREQUEST']._serialized_start=1348
-  _globals['_STATSREQUEST']._serialized_end=1382
-  _globals['_STATSREPLY']._serialized_start=1384
-  _globals['_STATSREPLY']._serialized_end=1486
-  _globals['_QUEUESREQUEST']._serialized_start=1488
-  _globals['_QUEUESREQUEST']._serialized_end=1533
-  _globals['_QUEUESREPLY']._serialized_start=1535
-  _globals['_QUEUESREPLY']._serialized_end=1607
-  _globals['_MSGSTORE']._serialized_start=1794
-  _globals['_MSGSTORE']._serialized_end=2227
+  _globals['_APPENDSTATUS']._serialized_start=2602
+  _globals['_APPENDSTATUS']._serialized_end=2723
+  _globals['_MARKKIND']._serialized_start=2725
+  _globals['_MARKKIND']._serialized_end=2784
+  _globals['_ORPHANSREQUEST']._serialized_start=73
+  _globals['_ORPHANSREQUEST']._serialized_end=106
+  _globals['_REPLICAENTRY']._serialized_start=108
+  _globals['_REPLICAENTRY']._serialized_end=168
+  _globals['_REPLICAAPPEND']._serialized_start=171
+  _globals['_REPLICAAPPEND']._serialized_end=387
+  _globals['_REPLICAREPLY']._serialized_start=389
+  _globals['_REPLICAREPLY']._serialized_end=478
+  _globals['_FENCEREQUEST']._serialized_start=480
+  _globals['_FENCEREQUEST']._serialized_end=542
+  _globals['_FENCEREPLY']._serialized_start=545
+  _globals['_FENCEREPLY']._serialized_end=692
+  _globals['_FETCHREQUEST']._serialized_start=694
+  _globals['_FETCHREQUEST']._serialized_end=796
+  _globals['_FETCHREPLY']._serialized_start=798
+  _globals['_FETCHREPLY']._serialized_end=891
+  _globals['_FAILOVERREQUEST']._serialized_start=893
+  _globals['_FAILOVERREQUEST']._serialized_end=1009
+  _globals['_APPEND']._serialized_start=1011
+  _globals['_APPEND']._serialized_end=1103
+  _globals['_ACK']._serialized_start=1105
+  _globals['_ACK']._serialized_end=1196
+  _globals['_MARK']._serialized_start=1198
+  _globals['_MARK']._serialized_end=1318
+  _globals['_STOREBATCH']._serialized_start=1321
+  _globals['_STOREBATCH']._serialized_end=1467
+  _globals['_STOREBATCHRESULT']._serialized_start=1470
+  _globals['_STOREBATCHRESULT']._serialized_end=1610
+  _globals['_OPENREQUEST']._serialized_start=1612
+  _globals['_OPENREQUEST']._serialized_end=1739
+  _globals['_QUEUESTATE']._serialized_start=1742
+  _globals['_QUEUESTATE']._serialized_end=1989
+  _globals['_READREQUEST']._serialized_start=1991
+  _globals['_READREQUEST']._serialized_end=2092
+  _globals['_QUEUEENTRY']._serialized_start=2094
+  _globals['_QUEUEENTRY']._serialized_end=2155
+  _globals['_READREPLY']._serialized_start=2157
+  _globals['_READREPLY']._serialized_end=2258
+  _globals['_DELETEREQUEST']._serialized_start=2260
+  _globals['_DELETEREQUEST']._serialized_end=2339
+  _globals['_STATSREQUEST']._serialized_start=2341
+  _globals['_STATSREQUEST']._serialized_end=2375
+  _globals['_STATSREPLY']._serialized_start=2377
+  _globals['_STATSREPLY']._serialized_end=2479
+  _globals['_QUEUESREQUEST']._serialized_start=2481
+  _globals['_QUEUESREQUEST']._serialized_end=2526
+  _globals['_QUEUESREPLY']._serialized_start=2528
+  _globals['_QUEUESREPLY']._serialized_end=2600
+  _globals['_MSGSTORE']._serialized_start=2787
+  _globals['_MSGSTORE']._serialized_end=3369
+  _globals['_REPLICA']._serialized_start=3372
+  _globals['_REPLICA']._serialized_end=3592
 # @@protoc_insertion_point(module_scope)

@@ -28,6 +28,122 @@ APPEND_STORE_ERROR: AppendStatus
 MARK_INBOUND_QOS2: MarkKind
 MARK_OUTBOUND_PUBREL: MarkKind
 
+class OrphansRequest(_message.Message):
+    __slots__ = ("primary",)
+    PRIMARY_FIELD_NUMBER: _ClassVar[int]
+    primary: str
+    def __init__(self, primary: _Optional[str] = ...) -> None: ...
+
+class ReplicaEntry(_message.Message):
+    __slots__ = ("epoch", "seq", "delivery")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    seq: int
+    delivery: bytes
+    def __init__(self, epoch: _Optional[int] = ..., seq: _Optional[int] = ..., delivery: _Optional[bytes] = ...) -> None: ...
+
+class ReplicaAppend(_message.Message):
+    __slots__ = ("key", "epoch", "prev_epoch", "prev_seq", "install", "entries", "acked", "max_len", "replicas")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PREV_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PREV_SEQ_FIELD_NUMBER: _ClassVar[int]
+    INSTALL_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    prev_epoch: int
+    prev_seq: int
+    install: bool
+    entries: _containers.RepeatedCompositeFieldContainer[ReplicaEntry]
+    acked: int
+    max_len: int
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., prev_seq: _Optional[int] = ..., install: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., acked: _Optional[int] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReplicaReply(_message.Message):
+    __slots__ = ("ok", "epoch", "upto", "last_seq", "reason")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    UPTO_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    epoch: int
+    upto: int
+    last_seq: int
+    reason: str
+    def __init__(self, ok: _Optional[bool] = ..., epoch: _Optional[int] = ..., upto: _Optional[int] = ..., last_seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class FenceRequest(_message.Message):
+    __slots__ = ("key", "epoch")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class FenceReply(_message.Message):
+    __slots__ = ("ok", "exists", "epoch", "last_epoch", "last_seq", "base_epoch", "base_seq", "reason")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    BASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    exists: bool
+    epoch: int
+    last_epoch: int
+    last_seq: int
+    base_epoch: int
+    base_seq: int
+    reason: str
+    def __init__(self, ok: _Optional[bool] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., base_epoch: _Optional[int] = ..., base_seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("key", "epoch", "after_seq", "max_entries")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    after_seq: int
+    max_entries: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., after_seq: _Optional[int] = ..., max_entries: _Optional[int] = ...) -> None: ...
+
+class FetchReply(_message.Message):
+    __slots__ = ("entries", "last_seq", "error")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[ReplicaEntry]
+    last_seq: int
+    error: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., last_seq: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class FailoverRequest(_message.Message):
+    __slots__ = ("key", "epoch", "copies", "replicas", "max_len")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    copies: _containers.RepeatedScalarFieldContainer[str]
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    max_len: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., copies: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[str]] = ..., max_len: _Optional[int] = ...) -> None: ...
+
 class Append(_message.Message):
     __slots__ = ("key", "epoch", "delivery")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,21 +207,23 @@ class StoreBatchResult(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[AppendStatus, str]]] = ..., seqs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
-    __slots__ = ("key", "epoch", "create", "clean", "max_len")
+    __slots__ = ("key", "epoch", "create", "clean", "max_len", "replicas")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CREATE_FIELD_NUMBER: _ClassVar[int]
     CLEAN_FIELD_NUMBER: _ClassVar[int]
     MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     create: bool
     clean: bool
     max_len: int
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., create: _Optional[bool] = ..., clean: _Optional[bool] = ..., max_len: _Optional[int] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., create: _Optional[bool] = ..., clean: _Optional[bool] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueueState(_message.Message):
-    __slots__ = ("key", "exists", "epoch", "last_seq", "acked", "count", "delivered_upto", "inbound_qos2", "outbound_pubrel", "error")
+    __slots__ = ("key", "exists", "epoch", "last_seq", "acked", "count", "delivered_upto", "inbound_qos2", "outbound_pubrel", "error", "replicas", "committed")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +234,8 @@ class QueueState(_message.Message):
     INBOUND_QOS2_FIELD_NUMBER: _ClassVar[int]
     OUTBOUND_PUBREL_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     exists: bool
     epoch: int
@@ -126,7 +246,9 @@ class QueueState(_message.Message):
     inbound_qos2: _containers.RepeatedScalarFieldContainer[int]
     outbound_pubrel: _containers.RepeatedScalarFieldContainer[int]
     error: str
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., acked: _Optional[int] = ..., count: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    committed: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., acked: _Optional[int] = ..., count: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., committed: _Optional[int] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("key", "epoch", "after_seq", "max_entries")

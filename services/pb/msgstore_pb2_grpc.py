@@ -64,6 +64,16 @@ class MsgStoreStub:
                 request_serializer=services_dot_pb_dot_msgstore__pb2.QueuesRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_msgstore__pb2.QueuesReply.FromString,
                 _registered_method=True)
+        self.Failover = channel.unary_unary(
+                '/ternmq.msgstore.MsgStore/Failover',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.FailoverRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.QueueState.FromString,
+                _registered_method=True)
+        self.Orphans = channel.unary_unary(
+                '/ternmq.msgstore.MsgStore/Orphans',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.OrphansRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.QueuesReply.FromString,
+                _registered_method=True)
 
 
 class MsgStoreServicer:
@@ -110,6 +120,23 @@ class MsgStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Failover(self, request, context):
+        """Make this node the primary of a replicated queue whose primary is down (the registry
+        claimed the client id at `epoch`): fence the old copies, start from the most
+        up-to-date one, and replicate to the new replica set (DESIGN §4, "Queue replication").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Orphans(self, request, context):
+        """The replicated queues this node holds a copy of whose primary is `primary` (a member
+        that went down: one of the copies' holders takes each over).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MsgStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +168,16 @@ def add_MsgStoreServicer_to_server(servicer, server):
             'Queues': grpc.unary_unary_rpc_method_handler(
                     servicer.Queues,
                     request_deserializer=services_dot_pb_dot_msgstore__pb2.QueuesRequest.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.QueuesReply.SerializeToString,
+            ),
+            'Failover': grpc.unary_unary_rpc_method_handler(
+                    servicer.Failover,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.FailoverRequest.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.QueueState.SerializeToString,
+            ),
+            'Orphans': grpc.unary_unary_rpc_method_handler(
+                    servicer.Orphans,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.OrphansRequest.FromString,
                     response_serializer=services_dot_pb_dot_msgstore__pb2.QueuesReply.SerializeToString,
             ),
     }
@@ -306,6 +343,230 @@ class MsgStore:
             '/ternmq.msgstore.MsgStore/Queues',
             services_dot_pb_dot_msgstore__pb2.QueuesRequest.SerializeToString,
             services_dot_pb_dot_msgstore__pb2.QueuesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Failover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.MsgStore/Failover',
+            services_dot_pb_dot_msgstore__pb2.FailoverRequest.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.QueueState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Orphans(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.MsgStore/Orphans',
+            services_dot_pb_dot_msgstore__pb2.OrphansRequest.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.QueuesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ReplicaStub:
+    """Between the msgstores of a cluster's nodes (on cluster.msgstore_listen; every call proves
+    distributed_cookie): a replicated queue's primary feeds its replicas, and a failover
+    fences and reads them.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Append = channel.unary_unary(
+                '/ternmq.msgstore.Replica/Append',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppend.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaReply.FromString,
+                _registered_method=True)
+        self.Fence = channel.unary_unary(
+                '/ternmq.msgstore.Replica/Fence',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.FenceRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.FenceReply.FromString,
+                _registered_method=True)
+        self.Fetch = channel.unary_unary(
+                '/ternmq.msgstore.Replica/Fetch',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.FetchRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.FetchReply.FromString,
+                _registered_method=True)
+
+
+class ReplicaServicer:
+    """Between the msgstores of a cluster's nodes (on cluster.msgstore_listen; every call proves
+    distributed_cookie): a replicated queue's primary feeds its replicas, and a failover
+    fences and reads them.
+    """
+
+    def Append(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fence(self, request, context):
+        """Raise the copy's epoch (the old primary can no longer write through it) and say where
+        its log ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fetch(self, request, context):
+        """Entries of the copy with their positions, after `after_seq` (a failover copies them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ReplicaServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Append': grpc.unary_unary_rpc_method_handler(
+                    servicer.Append,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppend.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaReply.SerializeToString,
+            ),
+            'Fence': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fence,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.FenceRequest.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.FenceReply.SerializeToString,
+            ),
+            'Fetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fetch,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.FetchRequest.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.FetchReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ternmq.msgstore.Replica', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ternmq.msgstore.Replica', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Replica:
+    """Between the msgstores of a cluster's nodes (on cluster.msgstore_listen; every call proves
+    distributed_cookie): a replicated queue's primary feeds its replicas, and a failover
+    fences and reads them.
+    """
+
+    @staticmethod
+    def Append(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.Replica/Append',
+            services_dot_pb_dot_msgstore__pb2.ReplicaAppend.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.ReplicaReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.Replica/Fence',
+            services_dot_pb_dot_msgstore__pb2.FenceRequest.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.FenceReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.Replica/Fetch',
+            services_dot_pb_dot_msgstore__pb2.FetchRequest.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.FetchReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,9 @@ class Backends:
         self._gossip_channel = _channel(gossip_address)
         self.msgstore = msgstore_pb2_grpc.MsgStoreStub(self._msgstore_channel)
         self.gossip = gossip_pb2_grpc.GossipStub(self._gossip_channel)
+        # A queue this node owns: its replica set, this node first (() = not replicated);
+        # the registrar sets it when msgstore.replication_factor > 1.
+        self.replica_set: Callable[[SessionKey], tuple[str, ...]] = lambda key: ()
 
     async def _call(
         self, target: str, method: str, fn: Callable[..., Awaitable[T]], request: Any
@@ -84,12 +87,63 @@ class Backends:
             create=True,
             clean=step.clean,
             max_len=step.max_len,
+            replicas=self.replica_set(step.key),
         )
         state: msgstore_pb2.QueueState = await self._call(
             "msgstore", "Open", self.msgstore.Open, request
         )
         if state.error:
             raise self._refuse("Open", state)
+        return state
+
+    async def carry_marks(
+        self,
+        key: SessionKey,
+        epoch: int,
+        inbound_qos2: list[int],
+        delivered_upto: int,
+        outbound_pubrel: list[int],
+    ) -> None:
+        """A queue's delivery state, in its own seqs (a replicated queue keeps them across
+        a handover): what was sent to the client, QoS 2 packet ids and PUBREL marks."""
+        batch = msgstore_pb2.StoreBatch(batch_id=3)
+        if delivered_upto:
+            batch.acks.add(key=pb_key(key), epoch=epoch, delivered_upto=delivered_upto)
+        for kind, ids in (
+            (msgstore_pb2.MARK_INBOUND_QOS2, inbound_qos2),
+            (msgstore_pb2.MARK_OUTBOUND_PUBREL, outbound_pubrel),
+        ):
+            for ident in ids:
+                batch.marks.add(key=pb_key(key), epoch=epoch, kind=kind, id=ident, set=True)
+        if batch.acks or batch.marks:
+            await self._store(batch)
+
+    async def orphans(self, primary: str) -> msgstore_pb2.QueuesReply:
+        """The replicated queues held here whose primary is ``primary``."""
+        request = msgstore_pb2.OrphansRequest(primary=primary)
+        reply: msgstore_pb2.QueuesReply = await self._call(
+            "msgstore", "Orphans", self.msgstore.Orphans, request
+        )
+        return reply
+
+    async def failover(
+        self, key: SessionKey, epoch: int, copies: tuple[str, ...], max_len: int
+    ) -> msgstore_pb2.QueueState:
+        """Make this node the primary of ``key``'s replicated queue, whose primary is
+        down: the msgstore reads the other copies (DESIGN §4). Refused (BackendError)
+        when too few of them answer."""
+        request = msgstore_pb2.FailoverRequest(
+            key=pb_key(key),
+            epoch=epoch,
+            copies=list(copies),
+            replicas=list(self.replica_set(key)),
+            max_len=max_len,
+        )
+        state: msgstore_pb2.QueueState = await self._call(
+            "msgstore", "Failover", self.msgstore.Failover, request
+        )
+        if state.error:
+            raise self._refuse("Failover", state)
         return state
 
     async def limit_queue(self, key: SessionKey, epoch: int, max_len: int) -> None:

@@ -158,6 +158,8 @@ class Registrar:
         # id -> the highest epoch another node took it over at (see ``fence``)
         self._fences: OrderedDict[SessionKey, int] = OrderedDict()
         self.directory = DirectoryWriter(backends.put_meta)
+        if settings.replication_factor > 1:
+            backends.replica_set = self.replica_set
         self.queues = QueueCalls(backends, self._refused_behind)
         self.takeovers = Takeovers(hub, settings.takeover_timeout, metrics)
         self.claims: ClusterClaims | None = None  # server.py, when the node may join a cluster
@@ -196,6 +198,15 @@ class Registrar:
         if fenced:
             del self._fences[key]
         return True
+
+    def replica_set(self, key: SessionKey) -> tuple[str, ...]:
+        """Where a queue this node owns is kept: here (its primary) and the next R - 1
+        members on the id's ring that are up now (DESIGN §4); () when not replicated."""
+        r = self.settings.replication_factor
+        if r < 2:
+            return ()
+        view = self.cluster()
+        return tuple(replicas(key, self.settings.node, view.up & view.members, r))
 
     def leads(self, key: SessionKey) -> bool:
         """Whether this node may register, take over or expire ``key`` now."""

@@ -39,6 +39,7 @@ from services.registry.quorum.register import (
     Change,
     Claim,
     Entry,
+    FailOver,
     Read,
     Release,
     SetState,
@@ -260,9 +261,12 @@ class Sim:
     def random_change(self, name: str, key: SessionKey) -> Change:
         epoch = self.known.get((name, key), 0) + self.rng.choice((0, 0, 0, 1, -1))
         roll = self.rng.random()
+        others = [n for n in self.names if n != name]
+        if roll < 0.3:
+            persistent = self.rng.random() < 0.5
+            return Claim(name, (name, self.rng.choice(others)), persistent=persistent)
         if roll < 0.35:
-            others = [n for n in self.names if n != name]
-            return Claim(name, (name, self.rng.choice(others)))
+            return FailOver(self.rng.choice(others), name, (name, self.rng.choice(others)))
         if roll < 0.6:
             return SetState(epoch, self.rng.choice((ONLINE, OFFLINE)))
         if roll < 0.75:
@@ -417,3 +421,5 @@ def _check_epochs(
         assert after >= before, f"{key}: epoch fell from {before} to {after}"
         if isinstance(p.change, Claim):
             assert after == before + 1, f"{key}: a claim moved the epoch {before} -> {after}"
+        if isinstance(p.change, FailOver) and p.value != p.previous:
+            assert after == before + 1, f"{key}: a failover moved the epoch {before} -> {after}"

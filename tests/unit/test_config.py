@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from services.common.config import ConfigError, load, parse_text, render_default_conf
+from services.common.typed_settings import build
 from services.listener.config import tcp_listeners
-from services.node.schema import schema
+from services.msgstore.config import MsgstoreSettings
+from services.node.schema import checked, schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,8 +124,7 @@ def test_listener_limits_and_buffer_sizes_reach_the_listener() -> None:
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("msgstore.replication_factor = 3", "must be at most 1"),
-        ("msgstore.write_quorum = 2", "must be at most 1"),
+        ("msgstore.replication_factor = 9", "must be at most 7"),
         ("allow_multiple_sessions = on", "expected one of off"),
     ],
 )
@@ -132,3 +133,17 @@ def test_features_not_built_cannot_be_switched_on(line: str, reason: str) -> Non
     with pytest.raises(ConfigError) as info:
         parse_text(schema(), line + "\n", "x.conf")
     assert reason in str(info.value.problems[0])
+
+
+def test_a_write_quorum_above_the_replication_factor_stops_start_up() -> None:
+    """W > R could never be met: every publish would be refused, so start-up is."""
+    config = parse_text(
+        schema(), "msgstore.replication_factor = 2\nmsgstore.write_quorum = 3\n", "x.conf"
+    )
+    with pytest.raises(ConfigError) as info:
+        checked(config)
+    assert "write_quorum = 3 is more than msgstore.replication_factor = 2" in str(info.value)
+    ok = parse_text(schema(), "msgstore.replication_factor = 3\n", "x.conf")
+    assert checked(ok) is ok
+    settings = build(MsgstoreSettings, ok)
+    assert settings.write_quorum == 2  # 0 = a majority of R

@@ -38,6 +38,7 @@ from services.registry.quorum.register import (
     Change,
     Claim,
     Entry,
+    FailOver,
     Read,
     Release,
     SetState,
@@ -81,6 +82,24 @@ def test_a_released_register_keeps_its_epoch_for_the_next_claim() -> None:
     assert Release(3).apply(None) is None
     assert SetState(1, OFFLINE).apply(None) is None
     assert Read().apply(gone) is gone
+
+
+def test_a_failover_takes_an_offline_replicated_session_only_from_the_dead_owner() -> None:
+    owned = Claim("a", ("a", "b", "c"), persistent=True).apply(None)
+    assert owned is not None
+    moved = FailOver("a", "b", ("b", "c")).apply(owned)
+    assert moved == Entry("b", 2, ("b", "c"), OFFLINE, True)
+    # a second failover for the same death, or one by a node without a copy: nothing
+    assert FailOver("a", "c", ("c", "b")).apply(moved) == moved
+    assert FailOver("a", "d", ("d",)).apply(owned) == owned
+    # a session that is not persistent has no queue to save; a deleted one has none left
+    clean = Claim("a", ("a", "b")).apply(None)
+    assert FailOver("a", "b", ("b",)).apply(clean) == clean
+    gone = Release(1).apply(owned)
+    assert FailOver("a", "b", ("b",)).apply(gone) == gone
+    assert FailOver("a", "b", ("b",)).apply(None) is None
+    # the floor keeps the node's own fencing tokens below the new epoch
+    assert FailOver("a", "b", ("b",), floor=9).apply(owned) == Entry("b", 9, ("b",), OFFLINE, True)
 
 
 # -- ballots -------------------------------------------------------------------------------

@@ -5,7 +5,11 @@ Theory of operation
 The primary of epoch ``e`` appends to its own :class:`~.log.ReplicaLog` and sends each
 replica the entries it lacks, from ``next[replica]``; a refusal moves ``next`` back to
 where that replica's copy ends (the matching check there tells whether it agrees), and
-an acknowledgement moves ``match`` forward.
+an acknowledgement moves ``match`` forward. Each refusal moves ``next`` back by one at
+least, to the primary's base at worst, and from there the primary sends an **install**
+(its base and what follows), which a replica not fenced by a newer epoch never refuses:
+so the walk back ends. That is also how a replica gets what this primary no longer
+holds (it dropped garbage, or took over a copy whose base is above the replica's last).
 
 An entry is **committed** once ``w`` copies hold it (the primary's own included), and
 only then is its publisher acknowledged or its message delivered. As in Raft, only an
@@ -15,6 +19,11 @@ copies of an older epoch's entry is unsafe: a later failover may choose a copy w
 it (Raft's figure 8; ``tests/unit/test_msgstore_replication.py`` plays it out). So a new
 primary first writes a **barrier** (an entry of its epoch that carries no message):
 once the barrier is committed, so is everything the failover chose to keep.
+
+Only committed entries may be dropped from the primary's copy (:mod:`.log`: garbage is
+the same on every copy). A primary restarted at its own epoch is constructed again from
+its copy: it knows nothing of its replicas (nor what it committed) and finds out as a
+new primary does.
 
 Worked example (three replicas, w = 2)::
 
@@ -59,8 +68,7 @@ class Primary:
         when this primary was replaced."""
         if self.replaced:
             return None
-        pos = (self.epoch, self.log.last()[1] + 1)
-        self.log.entries.append(pos)
+        pos = self.log.write(self.epoch)
         self._advance()
         return pos
 
@@ -69,20 +77,19 @@ class Primary:
         return self.write()
 
     def to_send(self, replica: str) -> Append | None:
-        """What ``replica`` needs next (None: nothing, or replaced). Garbage already
-        dropped here is not sent: a replica that needs it gets everything from the base
-        on."""
+        """What ``replica`` needs next (None: nothing, or replaced): an install when it
+        needs what this primary no longer holds, its base and the entries after it."""
         if self.replaced:
             return None
-        first = max(self.next[replica], self.log.base[1] + 1)
-        last = self.log.last()[1]
-        if first > last:
+        base, nxt = self.log.base, self.next[replica]
+        if nxt <= base[1]:
+            entries = self.log.span(base[1] + 1, base[1] + MAX_BATCH)
+            return Append(self.epoch, base, entries, install=True)
+        if nxt > self.log.last_seq:
             return None
-        prev = self.log.at(first - 1)
+        prev = self.log.at(nxt - 1)
         assert prev is not None
-        upto = min(last, first + MAX_BATCH - 1)
-        entries = tuple(p for p in (self.log.at(s) for s in range(first, upto + 1)) if p)
-        return Append(self.epoch, prev, entries)
+        return Append(self.epoch, prev, self.log.span(nxt, nxt + MAX_BATCH - 1))
 
     def on_reply(self, replica: str, reply: Appended | Refused) -> bool:
         """Take a replica's answer; False when it names a newer epoch (this primary is
@@ -96,9 +103,18 @@ class Primary:
                 self._advance()
         else:
             # Resend from where its copy ends, or one further back when it holds that
-            # seq with another epoch (the check fails there too, and again below it).
-            back = min(self.next[replica] - 1, reply.last_seq + 1)
-            self.next[replica] = max(back, self.match[replica] + 1, 1)
+            # seq with another epoch (the check fails there too, and again below it);
+            # at the base, the next send is an install, which is not refused.
+            base = self.log.base[1]
+            if self.next[replica] - 1 <= base:
+                # Refused at the base itself: the copy is of another history (its own
+                # base is above ours, or it never held ours). Only an install matches,
+                # and nothing it holds counts for this log.
+                self.next[replica] = base
+                self.match[replica] = 0
+            else:
+                back = min(self.next[replica] - 1, reply.last_seq + 1)
+                self.next[replica] = max(back, self.match[replica] + 1, base)
         return True
 
     def _advance(self) -> None:

@@ -41,6 +41,7 @@ from services.registry.quorum.register import (
     ONLINE,
     Claim,
     Entry,
+    FailOver,
     Read,
     Release,
     Relocate,
@@ -48,7 +49,7 @@ from services.registry.quorum.register import (
 )
 from services.registry.records import moved_command
 from services.registry.registrar import ClaimRefused, Registrar
-from services.registry.sessions import Connect, Session
+from services.registry.sessions import NEVER, Connect, PublishSession, Session
 
 
 class Unreachable(ClaimRefused):
@@ -81,7 +82,7 @@ class Claims:
         expiry = r.table.policy.expiry(c.proto_ver, c.session_expiry)
         change = Claim(
             node,
-            (node,),
+            r.replica_set(c.key) or (node,),
             ONLINE,
             persistent=expiry > 0,
             floor=r.table.epoch + 1,
@@ -97,7 +98,18 @@ class Claims:
             raise ClaimRefused(f"the session's queue is on {owner}, which is down")
         r.table.raise_epoch(value.epoch - 1)
         await self._bring_here(c, previous, value)
+        await self._record_replicas(c.key, value)
         return value.epoch
+
+    async def _record_replicas(self, key: SessionKey, value: Entry) -> None:
+        """The register names where the queue is kept, so that a failover knows which
+        copies to read: the set this node's msgstore replicates to from now on."""
+        wanted = self.registrar.replica_set(key)
+        if not wanted or value.replicas == wanted:
+            return
+        moved = await self.quorum.change(key, Relocate(value.epoch, wanted))
+        if not isinstance(moved, Committed) or moved.value is None:
+            raise ClaimRefused("the session directory did not record the queue's replicas")
 
     async def _bring_here(self, c: Connect, previous: Entry | None, value: Entry) -> None:
         """Make the local table hold what the id's register says, before the plan."""
@@ -116,9 +128,18 @@ class Claims:
         resume = not c.clean_start and previous.persistent
         await self._evict_others(c.key, value.epoch, {node, source})
         if source not in r.cluster().up:
+            if resume and self._replicated(previous) and self._copies_up(previous):
+                await self._fail_over(c, previous, value)
+                self.owe(source, c.key, value.epoch)  # its stale copy goes when it returns
+                return
             if resume:
                 raise ClaimRefused(f"the session's queue is on {source}, which is down")
             self.owe(source, c.key, value.epoch)  # nothing to keep; told when it returns
+        elif resume and self._replicated(previous):
+            taken = await self._handover(c.key, source, value.epoch, resume)
+            if taken.present and taken.persistent:
+                await self._take_replicated(c, source, previous, value, taken)
+                return
         elif resume:
             taken = await self._handover(c.key, source, value.epoch, resume)
             if taken.present and taken.persistent:
@@ -128,6 +149,110 @@ class Claims:
             self.owe(source, c.key, value.epoch)  # paused or cut off: told when it answers
         if local is not None:
             r.table.demote(c.key)  # another node owned the id since this copy
+
+    def _replicated(self, previous: Entry) -> bool:
+        """Whether the queue is replicated here and has copies beyond its primary."""
+        r = self.registrar
+        return r.settings.replication_factor > 1 and len(holders(previous)) > 1
+
+    def _copies_up(self, previous: Entry) -> bool:
+        view = self.registrar.cluster()
+        return any(h in view.up for h in holders(previous) if h != previous.owner)
+
+    async def _fail_over(self, c: Connect, previous: Entry, value: Entry) -> None:
+        """The queue's primary is down and it has replicas: this node's msgstore becomes
+        the primary from the most up-to-date copy (DESIGN §4), and the session is
+        adopted here as the CONNECT describes it (its record died with the old owner;
+        its subscriptions live on in gossip)."""
+        r = self.registrar
+        expiry = r.table.policy.expiry(c.proto_ver, c.session_expiry)
+        await self._queue_from_copies(c.key, value.epoch, holders(previous))
+        taken = Taken(present=True, persistent=True, session_expiry=expiry, proto_ver=c.proto_ver)
+        if r.table.get(c.key) is not None:
+            r.table.demote(c.key)
+        r.table.adopt(adopted(c.key, r.settings.node, value.epoch - 1, taken, r.clock()))
+
+    async def _take_replicated(
+        self, c: Connect, source: str, previous: Entry, value: Entry, taken: Taken
+    ) -> None:
+        """A live handover of a replicated queue: the old owner has ended its session
+        (TAKE); rather than copying its queue, this node fails over from the copies, the
+        old one among them, which fences it: anything it appends from now on cannot be
+        committed (its publishers are refused and send again), and whatever was
+        committed is on the copies read. Seqs stay as they were, so the old queue's
+        delivered mark and QoS 2 state apply as they are. The old copy stays, a replica."""
+        r = self.registrar
+        node = r.settings.node
+        copies = tuple(dict.fromkeys((source, *holders(previous))))
+        await self._queue_from_copies(c.key, value.epoch, copies)
+        try:
+            await r.backends.carry_marks(
+                c.key, value.epoch, taken.inbound_qos2, taken.delivered_upto,
+                taken.outbound_pubrel,
+            )  # fmt: skip
+        except BackendError as exc:
+            raise ClaimRefused(f"the queue's delivery state could not be stored: {exc}") from None
+        route = c.route or node
+        r.hub.broadcast(moved_command(c.key, route))
+        release = quorum_pb2.HandoverRequest(
+            key=codec.key_pb(c.key),
+            epoch=value.epoch,
+            node=node,
+            phase=quorum_pb2.HANDOVER_RELEASE,
+            route=route,
+            keep_queue=True,
+        )
+        try:
+            await self._call(source, release)
+        except ClaimRefused as exc:
+            log.emit("session.handover_incomplete", "warning", client_id=c.key[1], reason=str(exc))
+        if r.table.get(c.key) is not None:
+            r.table.demote(c.key)
+        r.table.adopt(adopted(c.key, node, value.epoch - 1, taken, r.clock()))
+
+    async def _queue_from_copies(
+        self, key: SessionKey, epoch: int, copies: tuple[str, ...]
+    ) -> None:
+        try:
+            await self.registrar.backends.failover(key, epoch, copies, 0)
+        except BackendError as exc:
+            raise ClaimRefused(f"the queue could not fail over: {exc.reason}") from None
+
+    async def fail_over_offline(
+        self, key: SessionKey, dead: str, copies: tuple[str, ...], proto_ver: int
+    ) -> bool:
+        """``dead``, the primary of ``key``'s replicated queue, is down and no client is
+        resuming the session: take it over here, offline (``orphans``). False when the
+        register no longer names ``dead`` (a client resumed it, or another holder took
+        it first): nothing to do. Raises ClaimRefused when it cannot be done now."""
+        r = self.registrar
+        node = r.settings.node
+        async with r.claim_locks.hold(key):
+            change = FailOver(dead, node, r.replica_set(key) or (node,), r.table.epoch + 1)
+            outcome = await self.quorum.change(key, change)
+            if not isinstance(outcome, Committed):
+                raise ClaimRefused("the session directory did not reach a majority")
+            value, previous = outcome.value, outcome.previous
+            if value is None or value.owner != node or value == previous:
+                return False
+            assert previous is not None
+            r.table.raise_epoch(value.epoch)
+            try:
+                await r.backends.failover(key, value.epoch, holders(previous), 0)
+            except BackendError as exc:
+                raise ClaimRefused(f"the queue could not fail over: {exc.reason}") from None
+            async with r.locks.hold(key):
+                expiry = r.table.policy.expiry(proto_ver, NEVER)
+                taken = Taken(present=True, persistent=True, session_expiry=expiry)
+                r.table.adopt(adopted(key, node, value.epoch, taken, r.clock()))
+                await r.committer.sync(key)
+                await r.directory.write(
+                    r.directory_ops(PublishSession(key, r.table.get(key), False))
+                )
+            # This node's listeners re-own its subscriptions in gossip: publishes route here.
+            r.hub.broadcast(moved_command(key, node))
+            self.owe(dead, key, value.epoch)  # its stale copy goes when it returns
+            return True
 
     async def _evict_others(self, key: SessionKey, epoch: int, skip: set[str]) -> None:
         """End the id's session on every other member that is up, not only on the owner

@@ -117,7 +117,8 @@ class Giver:
             session_expiry=min(s.session_expiry, 0xFFFFFFFF),
             proto_ver=s.proto_ver,
         )
-        if not s.queued:
+        if not s.queued or req.keep_queue:
+            # keep_queue: a replicated queue, of which this node holds a replica.
             del self._given[key]
             return reply
         if req.discard or not s.persistent:
@@ -176,6 +177,8 @@ class Giver:
         # From now on this node's listeners send the session's copies to its new node;
         # what reached the queue before that goes in the tail.
         r.hub.broadcast(moved_command(key, req.route or req.node))
+        if req.keep_queue:
+            return quorum_pb2.HandoverReply(present=True, persistent=True)
         entries, _ = await r.backends.read_queue(key, given.epoch, req.after_seq)
         await r.queues.delete(DeleteQueue(key, req.epoch, "taken over"))
         reply = quorum_pb2.HandoverReply(present=True, persistent=True)

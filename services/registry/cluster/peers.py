@@ -2,19 +2,13 @@
 
 Each registry writes a ``RegistryRecord`` under gossip prefix ``registries`` when it
 starts (its bound ``cluster.registry_listen`` address and incarnation); every registry
-follows the prefix and keeps one channel per peer. A stream that breaks is reopened
-with backoff; the addresses already known stay in use meanwhile.
+follows the prefix and keeps one channel per peer (:class:`~services.common.peer.book.PeerBook`).
 """
 
 from __future__ import annotations
 
-import asyncio
-
-import grpc
-
-from services.common.grpcutil import rpc_failed
-from services.common.peer.channel import Caller, channel
-from services.pb import gossip_pb2, gossip_pb2_grpc, quorum_pb2, quorum_pb2_grpc
+from services.common.peer.book import PeerBook
+from services.pb import quorum_pb2_grpc
 
 PREFIX = "registries"
 
@@ -23,60 +17,8 @@ def record_key(node: str) -> bytes:
     return node.encode()
 
 
-class Peers:
+class Peers(PeerBook[quorum_pb2_grpc.QuorumStub]):
     """Node name -> a Quorum stub to its registry, and the proof every call carries."""
 
     def __init__(self, node: str, cookie: str, address: str) -> None:
-        self.node = node
-        self.caller = Caller(cookie, node, address)
-        self.addresses: dict[str, str] = {}
-        self._stubs: dict[str, tuple[str, quorum_pb2_grpc.QuorumStub, grpc.aio.Channel]] = {}
-        self.known = asyncio.Event()  # the first snapshot arrived
-
-    def stub(self, node: str) -> quorum_pb2_grpc.QuorumStub | None:
-        address = self.addresses.get(node)
-        if address is None:
-            return None
-        held = self._stubs.get(node)
-        if held is not None and held[0] == address:
-            return held[1]
-        ch = channel(address)
-        stub = quorum_pb2_grpc.QuorumStub(ch)
-        self._stubs[node] = (address, stub, ch)
-        if held is not None:
-            asyncio.get_running_loop().create_task(held[2].close(None))
-        return stub
-
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        return self.caller.metadata()
-
-    def apply(self, update: gossip_pb2.MetaUpdate) -> None:
-        node = update.key.decode()
-        if node == self.node:
-            return
-        if update.deleted:
-            self.addresses.pop(node, None)
-        else:
-            self.addresses[node] = quorum_pb2.RegistryRecord.FromString(update.value).address
-
-    async def follow(self, gossip: gossip_pb2_grpc.GossipStub) -> None:
-        backoff = 0.1
-        while True:
-            try:
-                call = gossip.Watch(gossip_pb2.WatchRequest(prefixes=[PREFIX]), wait_for_ready=True)
-                async for event in call:
-                    for update in event.updates:
-                        self.apply(update)
-                    if event.snapshot_done:
-                        self.known.set()
-                        backoff = 0.1
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.CANCELLED:
-                    rpc_failed("gossip", "Watch", exc, "warning")
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
-
-    async def close(self) -> None:
-        for _, _, ch in self._stubs.values():
-            await ch.close(None)
-        self._stubs.clear()
+        super().__init__(node, cookie, address, PREFIX, quorum_pb2_grpc.QuorumStub)

@@ -32,7 +32,7 @@ from services.registry.cluster import codec
 from services.registry.cluster.handover import Giver
 from services.registry.cluster.quorum_client import QuorumClient
 from services.registry.quorum.proposer import Committed
-from services.registry.quorum.register import Adopt, Entry
+from services.registry.quorum.register import Adopt, Entry, holders
 from services.registry.registrar import Registrar
 from services.registry.sessions import Session
 
@@ -135,8 +135,19 @@ class Reconciler:
         # Two persistent sessions of one id (this one tentative, from the minority side
         # of a partition): the owner's wins, and what this one's queue holds joins it.
         keep = v is not None and v.live and v.persistent and s.persistent and s.queued
+        # A replicated queue (DESIGN §4) has nothing to merge: whatever was committed in
+        # this copy is on the copies its new primary read. Where this node still holds
+        # one of its replicas, the copy stays; elsewhere it goes.
+        replica = False
+        if v is not None and v.live and len(holders(v)) > 1:
+            keep = False
+            replica = self.registrar.settings.node in holders(v)
         req = quorum_pb2.HandoverRequest(
-            key=codec.key_pb(s.key), epoch=epoch, node=owner, discard=not keep
+            key=codec.key_pb(s.key),
+            epoch=epoch,
+            node=owner,
+            discard=not keep and not replica,
+            keep_queue=replica,
         )
         reply = await self.giver.handle(req)
         if reply.error:

@@ -22,6 +22,7 @@ from services.registry.cluster.acceptor_store import AcceptorShell, AcceptorStor
 from services.registry.cluster.claims import Claims
 from services.registry.cluster.handover import Giver
 from services.registry.cluster.listing import Listing
+from services.registry.cluster.orphans import Orphans
 from services.registry.cluster.peers import PREFIX, Peers, record_key
 from services.registry.cluster.quorum_client import QuorumClient
 from services.registry.cluster.reconcile import Reconciler
@@ -125,6 +126,7 @@ async def start(
             name="registry-catch-up",
         ),
         asyncio.create_task(reconciler.run(registrar.cluster), name="registry-owed"),
+        asyncio.create_task(Orphans(claims).run(), name="registry-orphans"),
     ]
     registrar.claims = claims
     return ClusterSide(store, server, peers, quorum, claims, reconciler, tasks, backends, op)

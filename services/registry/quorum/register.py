@@ -118,6 +118,34 @@ def stranded(current: Entry | None, node: str, down: frozenset[str]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class FailOver:
+    """The primary ``dead`` of a persistent session's replicated queue is down and no
+    client is resuming the session: ``node``, which holds a copy, takes the session
+    over, offline, at the next epoch, with its queue on ``replicas`` (DESIGN §4: "a
+    publish arrives for a queue whose primary is down"). Only while the register still
+    names ``dead`` as the owner and ``node`` as a holder: a client that resumed the
+    session meanwhile, or another failover, leaves nothing to do (the value is kept, and
+    the caller sees that it did not win)."""
+
+    dead: str
+    node: str
+    replicas: tuple[str, ...]
+    floor: int = 0
+
+    def apply(self, current: Entry | None) -> Entry | None:
+        if (
+            current is None
+            or not current.live
+            or not current.persistent
+            or current.owner != self.dead
+            or self.node not in holders(current)
+        ):
+            return current
+        epoch = max(current.epoch + 1, self.floor)
+        return Entry(self.node, epoch, self.replicas, OFFLINE, True)
+
+
+@dataclass(frozen=True, slots=True)
 class Relocate:
     """The queue now lives on ``replicas`` (it was handed over), if ``expected_epoch``
     still owns the session; otherwise nothing changes."""

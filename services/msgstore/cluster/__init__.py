@@ -1,0 +1,1 @@
+"""The msgstore between nodes: replicated queues (``msgstore.replication_factor`` > 1)."""

@@ -1,0 +1,366 @@
+"""A replicated queue's primary: feed each replica, answer publishers once committed.
+
+Theory of operation. The decisions are the pure core's (:class:`Primary`); this is its
+I/O. Every queue this node is the primary of (its replica set names this node first) has
+a :class:`QueuePrimary` with one sender task per replica. An append committed here is
+written into the primary's log (same seq as the store gave it) and wakes the senders; a
+sender reads what its replica lacks from the store, calls ``Replica.Append`` and hands
+the answer to the core, which moves the commit index. The publisher's result waits until
+its append is committed (``wait``), at most ``msgstore.failover_timeout``.
+
+An ``Open`` may start a new epoch (and so a new run of positions) or change the replica
+set: the queue's primary is paused before the Open is written and rebuilt from the store
+after it, so no entry is ever sent under the wrong epoch. Appends that land meanwhile are
+in the rebuilt log, and their publishers keep waiting on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from contextlib import suppress
+
+import grpc
+
+from services.common import log
+from services.common.grpcutil import rpc_failed
+from services.common.peer.book import PeerBook
+from services.common.session_key import SessionKey
+from services.msgstore.committer import Committer
+from services.msgstore.queue import QueueStore
+from services.msgstore.replica_reads import read_copy, read_entries
+from services.msgstore.replication.log import Append, Appended, Refused
+from services.msgstore.replication.primary import Primary
+from services.pb import common_pb2, msgstore_pb2
+from services.pb.msgstore_pb2_grpc import ReplicaStub
+
+RETRY = 0.5  # s before a replica that did not answer is tried again
+ACK_EVERY = 1.0  # s between acknowledged-index updates to an idle replica
+STATUS_QUEUES = 100
+
+
+def probe(p: Primary, replica: str) -> Append:
+    """An empty append at the position before what ``replica`` is sent next: how a
+    rebuilt primary (which starts by assuming every copy is as long as its own) learns
+    whether it is, and how an idle copy learns the acknowledged index."""
+    return Append(p.epoch, p.log.at(p.next[replica] - 1) or p.log.base, ())
+
+
+class QueuePrimary:
+    __slots__ = (
+        "acked",
+        "copies",
+        "max_len",
+        "notes",
+        "paused",
+        "primary",
+        "replicas",
+        "sid",
+        "tasks",
+        "waiters",
+        "wake",
+    )
+
+    def __init__(self, sid: SessionKey, primary: Primary, max_len: int) -> None:
+        self.sid = sid
+        self.primary = primary
+        self.replicas = tuple(primary.replicas)  # the others
+        self.copies = (primary.node, *self.replicas)  # the whole set, this node first
+        self.max_len = max_len
+        self.paused = False
+        self.acked = primary.log.base[1]
+        self.waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.wake = {r: asyncio.Event() for r in self.replicas}
+        self.notes = {r: "" for r in self.replicas}  # how the last call to each went
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def fail(self, why: str) -> None:
+        for _, fut in self.waiters:
+            if not fut.done():
+                fut.set_exception(LookupError(why))
+        self.waiters.clear()
+
+    def settle(self) -> None:
+        """Resolve the waiters whose entries are committed."""
+        committed = self.primary.committed
+        if not self.waiters or self.waiters[0][0] > committed:
+            return
+        keep = []
+        for seq, fut in self.waiters:
+            if seq <= committed:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((seq, fut))
+        self.waiters = keep
+
+
+class Replicator:
+    def __init__(
+        self,
+        node: str,
+        store: QueueStore,
+        committer: Committer,
+        peers: PeerBook[ReplicaStub],
+        w: int,
+        timeout: float,
+        rpc_timeout: float = 5.0,
+    ) -> None:
+        self.node = node
+        self.store = store
+        self.committer = committer
+        self.peers = peers
+        self.w = w
+        self.timeout = timeout
+        self.rpc_timeout = rpc_timeout
+        self.queues: dict[SessionKey, QueuePrimary] = {}
+        self.replicated = 0  # entries acknowledged by replicas (a counter for /metrics)
+
+    def status(self) -> dict[str, object]:
+        """The queues replicated from here: for /status and ternmq-admin (at most
+        ``STATUS_QUEUES`` listed, the ones with the most lag first)."""
+        rows = []
+        for sid, qp in self.queues.items():
+            p = qp.primary
+            last = p.log.last()[1]
+            rows.append(
+                {
+                    "client_id": sid[1],
+                    "mountpoint": sid[0],
+                    "epoch": p.epoch,
+                    "replicas": list(qp.copies),
+                    "last": last,
+                    "committed": p.committed,
+                    "acked": qp.acked,
+                    "match": dict(p.match),
+                    "lag": {r: last - m for r, m in p.match.items()},
+                    "paused": qp.paused,
+                    "senders": dict(qp.notes),
+                    "waiting": len(qp.waiters),
+                }
+            )
+        rows.sort(key=lambda row: -max(row["lag"].values(), default=0))  # type: ignore[attr-defined]
+        return {
+            "write_quorum": self.w,
+            "queues": len(self.queues),
+            "entries_replicated": self.replicated,
+            "primaries": rows[:STATUS_QUEUES],
+        }
+
+    # -- the store's side ------------------------------------------------------------
+
+    def pause(self, sid: SessionKey) -> None:
+        qp = self.queues.get(sid)
+        if qp is not None:
+            qp.paused = True
+
+    async def opened(self, sid: SessionKey) -> None:
+        """Rebuild ``sid``'s primary from the store (after an Open or a failover)."""
+        copy = await asyncio.to_thread(read_copy, self.store, sid)
+        old = self.queues.pop(sid, None)
+        waiters = old.waiters if old is not None else []
+        if old is not None:
+            await self._stop(old)
+        if copy is None or not copy.replicas or copy.replicas[0] != self.node:
+            for _, fut in waiters:
+                if not fut.done():
+                    fut.set_exception(LookupError("the queue is no longer replicated from here"))
+            return
+        w = min(self.w, len(copy.replicas))
+        qp = QueuePrimary(
+            sid, Primary(self.node, copy.log.epoch, copy.log, copy.replicas, w), copy.max_len
+        )
+        qp.waiters = waiters
+        self.queues[sid] = qp
+        if old is None or old.replicas != qp.replicas or old.primary.epoch != qp.primary.epoch:
+            log.emit(
+                "queue.replicated",
+                client_id=sid[1],
+                mountpoint=sid[0],
+                epoch=qp.primary.epoch,
+                replicas=list(qp.copies),
+                state="started",
+                reason="",
+            )
+        qp.tasks = [
+            asyncio.create_task(self._feed(qp, r), name=f"replicate-{r}") for r in qp.replicas
+        ]
+        for ev in qp.wake.values():
+            ev.set()
+        qp.settle()
+
+    def appended(self, sid: SessionKey, seqs: list[int]) -> asyncio.Future[None] | None:
+        """Appends committed here at ``seqs`` (ascending); a future resolved once the
+        last of them is on W copies, or None if the queue is not replicated."""
+        qp = self.queues.get(sid)
+        if qp is None:
+            return None
+        log_ = qp.primary.log
+        for seq in seqs:
+            if qp.paused or log_.last()[1] >= seq:
+                continue  # the rebuild reads it from the store
+            if log_.last()[1] != seq - 1 or qp.primary.write() is None:
+                qp.paused = True  # out of step (or replaced): rebuild from the store
+                asyncio.get_running_loop().create_task(self.opened(sid))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        qp.waiters.append((seqs[-1], fut))
+        qp.settle()
+        for ev in qp.wake.values():
+            ev.set()
+        return fut
+
+    async def wait(self, pending: Mapping[SessionKey, asyncio.Future[None]]) -> set[SessionKey]:
+        """Wait for the futures of ``appended``; the queues that did not commit in time."""
+        if not pending:
+            return set()
+        _, late = await asyncio.wait(pending.values(), timeout=self.timeout)
+        failed = {sid for sid, fut in pending.items() if fut in late or fut.exception()}
+        for fut in late:
+            fut.cancel()
+        return failed
+
+    def superseded(self, sid: SessionKey, epoch: int) -> None:
+        """This node's copy of ``sid`` now follows a primary at ``epoch`` (a replica
+        write or a failover's fence): if this node was the primary at an older epoch, it
+        is no longer; what waits on it fails (its publishers are refused)."""
+        qp = self.queues.get(sid)
+        if qp is not None and qp.primary.epoch < epoch:
+            del self.queues[sid]
+            qp.fail("superseded by a newer primary")
+            asyncio.get_running_loop().create_task(self._stop(qp))
+
+    def forget(self, sid: SessionKey) -> None:
+        """The queue was deleted."""
+        qp = self.queues.pop(sid, None)
+        if qp is not None:
+            asyncio.get_running_loop().create_task(self._stop(qp))
+
+    async def close(self) -> None:
+        for qp in list(self.queues.values()):
+            await self._stop(qp)
+        self.queues.clear()
+
+    async def _stop(self, qp: QueuePrimary) -> None:
+        qp.paused = True
+        for task in qp.tasks:
+            task.cancel()
+        for task in qp.tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+
+    # -- one replica -------------------------------------------------------------------
+
+    async def _feed(self, qp: QueuePrimary, replica: str) -> None:
+        """Feed one replica for as long as this primary lasts. A bug here must not end
+        the feeding quietly (the queue would stop committing): it is logged and the
+        feeding starts over from what the core says."""
+        while not qp.paused:
+            try:
+                await self._feed_once(qp, replica)
+            except Exception as exc:  # logged, then retried: see the docstring
+                log.emit("internal.error", "error", op="replicate", reason=repr(exc))
+                await asyncio.sleep(RETRY)
+
+    async def _feed_once(self, qp: QueuePrimary, replica: str) -> None:
+        wake = qp.wake[replica]
+        told_acked = -1
+        while not qp.paused:
+            try:
+                await asyncio.wait_for(wake.wait(), ACK_EVERY)
+            except TimeoutError:
+                # Idle: the client may have acknowledged entries since (garbage there too).
+                state = await asyncio.to_thread(self.store.state, qp.sid)
+                qp.acked = max(qp.acked, state.acked)
+            wake.clear()
+            while not qp.paused:
+                req = qp.primary.to_send(replica)
+                if req is None and told_acked >= qp.acked:
+                    break
+                sent = await self._send(qp, replica, req)
+                if sent is None:
+                    await asyncio.sleep(RETRY)
+                    continue
+                told_acked = sent
+                if req is None:
+                    break
+
+    async def _send(self, qp: QueuePrimary, replica: str, req: Append | None) -> int | None:
+        """One append (or, with nothing to send, the acknowledged index alone); the
+        acknowledged index told, or None when the replica did not answer."""
+        p = qp.primary
+        if req is None:
+            req = probe(p, replica)
+        stub = self.peers.stub(replica)
+        if stub is None:
+            qp.notes[replica] = "no address known (gossip prefix msgstores)"
+            return None
+        first = req.entries[0][1] if req.entries else 0
+        last = req.entries[-1][1] if req.entries else 0
+        datas, acked = (
+            await asyncio.to_thread(read_entries, self.store, qp.sid, first, last)
+            if req.entries
+            else ({}, qp.acked)
+        )
+        if acked > qp.acked:
+            qp.acked = acked
+            p.log.compact(acked)
+            if req.entries and req.prev[1] < p.log.base[1]:
+                return -1  # garbage now: ask the core again
+        pb = msgstore_pb2.ReplicaAppend(
+            key=common_pb2.SessionKey(mountpoint=qp.sid[0], client_id=qp.sid[1]),
+            epoch=req.epoch,
+            prev_epoch=req.prev[0],
+            prev_seq=req.prev[1],
+            install=req.install,
+            acked=qp.acked,
+            max_len=qp.max_len,
+            replicas=list(qp.copies),
+        )
+        for epoch, seq in req.entries:
+            pb.entries.add(epoch=epoch, seq=seq, delivery=datas.get(seq, b""))
+        try:
+            reply: msgstore_pb2.ReplicaReply = await stub.Append(
+                pb, timeout=self.rpc_timeout, metadata=self.peers.metadata()
+            )
+        except grpc.aio.AioRpcError as exc:
+            rpc_failed("msgstore", "Replica.Append", exc, "debug")
+            qp.notes[replica] = f"{exc.code().name}: {exc.details() or ''}"
+            return None
+        qp.notes[replica] = "ok" if reply.ok else f"refused: {reply.reason}"
+        answer = (
+            Appended(reply.epoch, reply.upto)
+            if reply.ok
+            else Refused(reply.epoch, reply.last_seq, reply.reason)
+        )
+        if not p.on_reply(replica, answer):
+            # Fenced by a failover at a newer epoch: no longer the primary. Appends that
+            # still land in this copy fail at once (their publishers are refused).
+            qp.paused = True
+            if self.queues.get(qp.sid) is qp:
+                del self.queues[qp.sid]
+            qp.fail("superseded by a failover")
+            log.emit(
+                "queue.failover",
+                client_id=qp.sid[1],
+                mountpoint=qp.sid[0],
+                from_node=self.node,
+                to_node="",
+                committed_seq=p.committed,
+                epoch=reply.epoch,
+                state="superseded",
+                reason=f"{replica} follows epoch {reply.epoch}; this primary's was {p.epoch}",
+            )
+            return None
+        if reply.ok:
+            self.replicated += len(req.entries)
+            if req.install:
+                log.emit(
+                    "queue.rereplicated",
+                    client_id=qp.sid[1],
+                    mountpoint=qp.sid[0],
+                    replica=replica,
+                    epoch=p.epoch,
+                    upto=reply.upto,
+                )
+        qp.settle()
+        return qp.acked

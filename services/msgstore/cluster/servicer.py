@@ -1,0 +1,244 @@
+"""gRPC ``Replica`` (between nodes' msgstores) and the failover a registry asks for.
+
+``Replica`` is served on ``cluster.msgstore_listen`` behind the cookie check: a primary's
+appends to this node's copy, a failover's fence of it, and the reads that copy it. The
+rules are in :mod:`services.msgstore.replicated` (the store's side) and
+:mod:`services.msgstore.replication` (the pure core).
+
+A failover (``MsgStore.Failover``, asked by this node's registry once it has claimed the
+client id at a new epoch while the queue's primary is down) follows DESIGN §4: fence
+``R - W + 1`` of the old copies at the new epoch, start from the one whose last position
+is highest (:func:`~services.msgstore.replication.failover.choose`), copy it here if it
+is another node's, and open the queue here as its primary with the new replica set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from services.common import log
+from services.common.peer.book import PeerBook
+from services.common.session_key import SessionKey
+from services.msgstore.cluster.replicator import Replicator
+from services.msgstore.committer import Committer
+from services.msgstore.convert import session_key, state_to_pb
+from services.msgstore.model import FenceQueue, OpenQueue, QueueState, ReplicaState, ReplicaWrite
+from services.msgstore.queue import QueueStore
+from services.msgstore.replica_reads import read_copy
+from services.msgstore.replication.failover import choose, read_quorum
+from services.msgstore.replication.log import Position
+from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
+from services.pb.msgstore_pb2_grpc import ReplicaStub
+
+FETCH_PAGE = 1000
+
+
+class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
+    def __init__(self, store: QueueStore, committer: Committer, replicator: Replicator) -> None:
+        self.store = store
+        self.committer = committer
+        self.replicator = replicator
+
+    async def Append(
+        self, request: msgstore_pb2.ReplicaAppend, context: Any
+    ) -> msgstore_pb2.ReplicaReply:
+        job = ReplicaWrite(
+            session_key(request.key),
+            request.epoch,
+            (request.prev_epoch, request.prev_seq),
+            tuple((e.epoch, e.seq, e.delivery) for e in request.entries),
+            request.install,
+            request.acked,
+            request.max_len,
+            tuple(request.replicas),
+        )
+        state = await self.committer.submit(job)
+        assert isinstance(state, ReplicaState)
+        if state.ok:
+            self.replicator.superseded(job.session, state.epoch)
+        return msgstore_pb2.ReplicaReply(
+            ok=state.ok,
+            epoch=state.epoch,
+            upto=state.upto if state.ok else 0,
+            last_seq=state.last[1],
+            reason=state.reason,
+        )
+
+    async def Fence(
+        self, request: msgstore_pb2.FenceRequest, context: Any
+    ) -> msgstore_pb2.FenceReply:
+        sid = session_key(request.key)
+        state = await self.committer.submit(FenceQueue(sid, request.epoch))
+        assert isinstance(state, ReplicaState)
+        if state.ok:
+            self.replicator.superseded(sid, state.epoch)
+        return fence_pb(state)
+
+    async def Fetch(
+        self, request: msgstore_pb2.FetchRequest, context: Any
+    ) -> msgstore_pb2.FetchReply:
+        sid = session_key(request.key)
+        copy = await asyncio.to_thread(read_copy, self.store, sid)
+        if copy is None:
+            return msgstore_pb2.FetchReply(error="no replicated queue here")
+        if request.epoch < copy.log.epoch:
+            return msgstore_pb2.FetchReply(error=f"epoch {request.epoch} < {copy.log.epoch}")
+        page = request.max_entries or FETCH_PAGE
+        found = await asyncio.to_thread(self.store.read, sid, 0, request.after_seq, page)
+        last = copy.log.last()[1]
+        upto = found.entries[-1][0] if len(found.entries) >= page else last
+        held = dict(found.entries)
+        reply = msgstore_pb2.FetchReply(last_seq=last)
+        # Every position, with the message where the client has not acknowledged it.
+        for seq in range(max(request.after_seq, copy.log.base[1]) + 1, min(upto, last) + 1):
+            pos = copy.log.at(seq)
+            if pos is not None:
+                reply.entries.add(epoch=pos[0], seq=seq, delivery=held.get(seq, b""))
+        return reply
+
+
+def failover_event(
+    sid: SessionKey,
+    epoch: int,
+    state: str,
+    from_node: str,
+    to_node: str,
+    committed_seq: int,
+    reason: str,
+) -> None:
+    log.emit(
+        "queue.failover",
+        "info" if state != "refused" else "warning",
+        client_id=sid[1],
+        mountpoint=sid[0],
+        from_node=from_node,
+        to_node=to_node,
+        committed_seq=committed_seq,
+        epoch=epoch,
+        state=state,
+        reason=reason,
+    )
+
+
+def fence_pb(state: ReplicaState) -> msgstore_pb2.FenceReply:
+    return msgstore_pb2.FenceReply(
+        ok=state.ok,
+        exists=state.exists,
+        epoch=state.epoch,
+        last_epoch=state.last[0],
+        last_seq=state.last[1],
+        base_epoch=state.base[0],
+        base_seq=state.base[1],
+        reason=state.reason,
+    )
+
+
+class Failover:
+    def __init__(
+        self,
+        node: str,
+        store: QueueStore,
+        committer: Committer,
+        peers: PeerBook[ReplicaStub],
+        replicator: Replicator,
+        w: int,
+        rpc_timeout: float,
+    ) -> None:
+        self.node = node
+        self.store = store
+        self.committer = committer
+        self.peers = peers
+        self.replicator = replicator
+        self.w = w
+        self.rpc_timeout = rpc_timeout
+
+    async def run(self, request: msgstore_pb2.FailoverRequest) -> msgstore_pb2.QueueState:
+        sid = session_key(request.key)
+        epoch = request.epoch
+        copies = list(dict.fromkeys(request.copies))
+        r, w = len(copies), min(self.w, len(copies))
+        answers = await asyncio.gather(*(self._fence(sid, node, epoch) for node in copies))
+        read = {n: a for n, a in zip(copies, answers, strict=True) if a is not None and a.ok}
+        lasts: dict[str, Position] = {n: a.last for n, a in read.items()}
+        chosen = choose(lasts, r, w)
+        if chosen is None:
+            why = (
+                f"only {len(read)} of the queue's {r} copies answered; a failover reads "
+                f"{read_quorum(r, w)}"
+            )
+            failover_event(sid, epoch, "refused", "", self.node, 0, why)
+            return state_to_pb(QueueState(sid, error=why))
+        if chosen != self.node and read[chosen].exists:
+            error = await self._copy(sid, chosen, epoch, read[chosen])
+            if error:
+                failover_event(sid, epoch, "refused", chosen, self.node, 0, error)
+                return state_to_pb(QueueState(sid, error=error))
+        self.replicator.pause(sid)
+        job = OpenQueue(sid, epoch, True, False, request.max_len, tuple(request.replicas))
+        state = await self.committer.submit(job)
+        assert isinstance(state, QueueState)
+        await self.replicator.opened(sid)
+        kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept"
+        failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)
+        return state_to_pb(state)
+
+    async def _fence(self, sid: SessionKey, node: str, epoch: int) -> ReplicaState | None:
+        if node == self.node:
+            state = await self.committer.submit(FenceQueue(sid, epoch))
+            assert isinstance(state, ReplicaState)
+            return state
+        stub = self.peers.stub(node)
+        if stub is None:
+            return None
+        try:
+            reply: msgstore_pb2.FenceReply = await stub.Fence(
+                msgstore_pb2.FenceRequest(key=_key(sid), epoch=epoch),
+                timeout=self.rpc_timeout,
+                metadata=self.peers.metadata(),
+            )
+        except grpc.aio.AioRpcError:
+            return None
+        return ReplicaState(
+            sid,
+            reply.ok,
+            reply.exists,
+            reply.epoch,
+            reply.last_seq,
+            (reply.last_epoch, reply.last_seq),
+            (reply.base_epoch, reply.base_seq),
+            reply.reason,
+        )
+
+    async def _copy(self, sid: SessionKey, source: str, epoch: int, state: ReplicaState) -> str:
+        """Replace this node's copy with ``source``'s; why not ("" when done)."""
+        stub = self.peers.stub(source)
+        if stub is None:
+            return f"no address known for the msgstore of {source}"
+        entries: list[tuple[int, int, bytes]] = []
+        after = state.base[1]
+        try:
+            while after < state.last[1]:
+                reply: msgstore_pb2.FetchReply = await stub.Fetch(
+                    msgstore_pb2.FetchRequest(key=_key(sid), epoch=epoch, after_seq=after),
+                    timeout=self.rpc_timeout,
+                    metadata=self.peers.metadata(),
+                )
+                if reply.error:
+                    return f"reading the copy on {source}: {reply.error}"
+                if not reply.entries:
+                    break
+                entries.extend((e.epoch, e.seq, e.delivery) for e in reply.entries)
+                after = reply.entries[-1].seq
+        except grpc.aio.AioRpcError as exc:
+            return f"reading the copy on {source}: {exc.code().name} {exc.details() or ''}"
+        job = ReplicaWrite(sid, epoch, state.base, tuple(entries), install=True)
+        done = await self.committer.submit(job)
+        assert isinstance(done, ReplicaState)
+        return "" if done.ok else f"copying from {source}: {done.reason}"
+
+
+def _key(sid: SessionKey) -> common_pb2.SessionKey:
+    return common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1])
