@@ -25,7 +25,7 @@ def render_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -
         columns = list(rows[0]) if rows else []
     if not columns:
         return "(nothing to show)\n"
-    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    cells = [[_cell(row.get(c, "")) for c in columns] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 
@@ -34,6 +34,12 @@ def render_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -
 
     out = [sep, line(columns), sep, *(line(r) for r in cells), sep]
     return "\n".join(out) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 class Node:
@@ -178,6 +184,7 @@ def session_show(ctx: click.Context, client_id: str, local: bool) -> None:
             "persistent",
             "node",
             "epoch",
+            "replicas",
         ],
     )
 

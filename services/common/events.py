@@ -298,9 +298,9 @@ _SPECS: Final = [
     ),
     _e(
         "queue.rereplicated",
-        "A replica that lacked part of a replicated queue (new to its replica set, back "
-        "after being down, or holding an older primary's entries) was given the primary's "
-        "whole copy (an install) and holds it up to upto.",
+        "A member that joined a replicated queue's replica set (in place of one that went "
+        "down, or back after being down itself) caught up with the primary: it holds the "
+        "queue up to upto, so the queue is on msgstore.replication_factor copies again.",
         client_id="str",
         mountpoint="str",
         replica="str",

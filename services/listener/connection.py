@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Final, cast
 
 from services.common import log
@@ -40,6 +41,7 @@ from services.listener.session.actions import Close, Ended
 from services.listener.session.auth import Authorizer
 from services.listener.session.core import Session, SessionState
 from services.listener.session.limits import SessionLimits
+from services.listener.session.messages import OutboundMessage
 
 _BUDGET: Final = 200  # packets handled per connection per event-loop turn
 LINGER: Final = 2.0  # s: at most this long a closing connection's input is read and dropped
@@ -247,6 +249,30 @@ class Connection(ActionExecutor):
     def _password_checked(self, fut: asyncio.Future[int]) -> None:
         assert self._preauth is not None
         self._preauth.answer = fut.result()
+        self._release_held()
+
+    # -- a resumed session's QoS 2 state -------------------------------------------------
+    def registered(
+        self, ok: bool, epoch: int, session_present: bool, persistent: bool, reason_code: int
+    ) -> None:
+        if ok and self.resuming and self._held is None and not self.closed:
+            # Until the queue's QoS 2 state is restored (``resume``), a PUBLISH could not
+            # be told from the resend of one already received (exactly once): input waits.
+            self._held = []
+            if self.transport is not None:
+                self.transport.pause_reading()
+        super().registered(ok, epoch, session_present, persistent, reason_code)
+
+    def resume(
+        self, queued: Sequence[OutboundMessage], inbound: Sequence[int], pubrel: Sequence[int]
+    ) -> None:
+        super().resume(queued, inbound, pubrel)
+        if self._held is not None and (self._preauth is None or self._preauth.answer is not None):
+            self._release_held()
+
+    def _release_held(self) -> None:
+        """Handle the input held back (by the password check, or until a resumed
+        session's state was restored), and read again."""
         held, self._held = self._held or [], None
         if self.closed or self.session is None:
             return

@@ -56,3 +56,25 @@ class StoreMetrics:
         self.fsync_sum.inc(seconds)
         if seconds > self.fsync_max.labels().value:
             self.fsync_max.set(seconds)
+
+
+def replication_gauges(
+    registry: MetricsRegistry,
+    queues: Callable[[], float],
+    replicated: Callable[[], float],
+    lag: Callable[[], float],
+) -> None:
+    """Replicated queues (``msgstore.replication_factor`` > 1), read when scraped."""
+    registry.gauge(
+        "msgstore_replicated_queues", "Replicated queues this node is the primary of.", fn=queues
+    )
+    registry.gauge(
+        "msgstore_replicated_entries",
+        "Entries the replicas of this node's queues acknowledged since start.",
+        fn=replicated,
+    )
+    registry.gauge(
+        "msgstore_replica_lag_max",
+        "Entries the most lagging replica of a queue replicated from here lacks.",
+        fn=lag,
+    )

@@ -131,6 +131,10 @@ class ReplicaWrite:
     acked: int = 0
     max_len: int = 0
     replicas: tuple[str, ...] = ()
+    # The primary's delivery state, when it changed: (delivered_upto, inbound QoS 2
+    # packet ids, outbound PUBREL seqs); the copy's marks become exactly these.
+    state: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
+    stamp: tuple[int, int] = (0, 0)  # the state's version: (epoch, ns) at the primary
 
     @property
     def ops(self) -> int:
@@ -217,6 +221,7 @@ class ReplicaState:
     last: tuple[int, int] = (0, 0)
     base: tuple[int, int] = (0, 0)
     reason: str = ""
+    stamp: tuple[int, int] = (0, 0)  # the version of the delivery state it holds
 
 
 Result = BatchResult | QueueState | Collected | ReplicaState

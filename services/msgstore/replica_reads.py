@@ -72,13 +72,14 @@ def replicated_here(store: QueueStore, node: str) -> list[SessionKey]:
     return found
 
 
-def copies_of(store: QueueStore, primary: str) -> list[tuple[SessionKey, Copy]]:
-    """The replicated queues held here whose primary is ``primary``."""
+def copies_of(store: QueueStore, primary: str, replica: str = "") -> list[tuple[SessionKey, Copy]]:
+    """The replicated queues held here whose primary is ``primary`` (and whose replica
+    set names ``replica``, if given)."""
     found: list[tuple[SessionKey, Copy]] = []
     with store.engine.read() as txn:
         for key, raw in txn.scan(REPL, b""):
             rec = ReplRecord.decode(raw)
-            if rec.replicas[:1] != (primary,):
+            if rec.replicas[:1] != (primary,) or (replica and replica not in rec.replicas):
                 continue
             meta_raw = txn.get(META, key)
             if meta_raw is None:
@@ -88,4 +89,18 @@ def copies_of(store: QueueStore, primary: str) -> list[tuple[SessionKey, Copy]]:
                 found.append(
                     (keys.split_session(key), Copy(as_log(meta, rec), rec.replicas, meta.max_len))
                 )
+    return found
+
+
+def replica_sets(store: QueueStore, sids: list[SessionKey]) -> dict[SessionKey, tuple[str, ...]]:
+    """The replica sets (primary first) of those of ``sids`` that are replicated here."""
+    found: dict[SessionKey, tuple[str, ...]] = {}
+    with store.engine.read() as txn:
+        for sid in sids:
+            try:
+                raw = txn.get(REPL, keys.session(*sid))
+            except keys.KeyTooLong:
+                continue
+            if raw is not None:
+                found[sid] = ReplRecord.decode(raw).replicas
     return found

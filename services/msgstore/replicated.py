@@ -28,6 +28,7 @@ from services.msgstore import keys
 from services.msgstore.engines.base import WriteTxn
 from services.msgstore.model import (
     FenceQueue,
+    MarkKind,
     OpenQueue,
     QueueMeta,
     ReplicaState,
@@ -35,7 +36,8 @@ from services.msgstore.model import (
 )
 from services.msgstore.replication.log import Append, Appended, Position, ReplicaLog
 
-META, ENTRIES, REPL = "meta", "entries", "repl"  # ``ops.DBS``
+META, ENTRIES, MARKS, REPL = "meta", "entries", "marks", "repl"  # ``ops.DBS``
+MARK_INBOUND, MARK_PUBREL = int(MarkKind.INBOUND_QOS2), int(MarkKind.OUTBOUND_PUBREL)
 
 
 class Txn(Protocol):
@@ -55,17 +57,29 @@ class ReplRecord:
     replicas: tuple[str, ...] = ()
     base: Position = (0, 0)
     runs: list[Position] = field(default_factory=list)  # (epoch, first seq), ascending
+    stamp: Position = (0, 0)  # the delivery state's version: (epoch, ns) at its primary
 
     def encode(self) -> bytes:
         return json.dumps(
-            {"r": list(self.replicas), "b": list(self.base), "u": [list(r) for r in self.runs]},
+            {
+                "r": list(self.replicas),
+                "b": list(self.base),
+                "u": [list(r) for r in self.runs],
+                "s": list(self.stamp),
+            },
             separators=(",", ":"),
         ).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> ReplRecord:
         d = json.loads(raw)
-        return cls(tuple(d["r"]), (d["b"][0], d["b"][1]), [(e, s) for e, s in d["u"]])
+        stamp = d.get("s", (0, 0))
+        return cls(
+            tuple(d["r"]),
+            (d["b"][0], d["b"][1]),
+            [(e, s) for e, s in d["u"]],
+            (stamp[0], stamp[1]),
+        )
 
 
 def load(t: Txn, sess: bytes) -> ReplRecord | None:
@@ -187,11 +201,19 @@ def replica_write(t: Txn, job: ReplicaWrite) -> ReplicaState:
         if upto > log.base[1]:
             _drop(t, sess, meta, log.base[1], upto)
             log.compact(upto)
-        meta.acked = meta.delivered_upto = log.base[1]
+        meta.acked = log.base[1]
+        meta.delivered_upto = max(meta.acked, min(meta.delivered_upto, meta.last_seq))
+        if job.state is not None and job.stamp >= rec.stamp:
+            _set_state(t, sess, meta, job.state)
+            rec.stamp = job.stamp
     t.store(sess, meta)
-    save(t, sess, _record_of(log, job.replicas or rec.replicas))
+    kept = _record_of(log, job.replicas or rec.replicas)
+    kept.stamp = rec.stamp
+    save(t, sess, kept)
     if isinstance(reply, Appended):
-        return ReplicaState(job.session, True, True, meta.epoch, reply.upto, log.last(), log.base)
+        return ReplicaState(
+            job.session, True, True, meta.epoch, reply.upto, log.last(), log.base, "", rec.stamp
+        )
     return ReplicaState(
         job.session, False, True, meta.epoch, reply.last_seq, log.last(), log.base, reply.reason
     )
@@ -224,7 +246,9 @@ def _state(
         last = (meta.epoch, meta.last_seq) if meta.last_seq > meta.acked else (0, meta.acked)
         return ReplicaState(sid, ok, True, meta.epoch, meta.last_seq, last, (0, meta.acked), reason)
     log = as_log(meta, rec, meta.acked)
-    return ReplicaState(sid, ok, True, meta.epoch, meta.last_seq, log.last(), log.base, reason)
+    return ReplicaState(
+        sid, ok, True, meta.epoch, meta.last_seq, log.last(), log.base, reason, rec.stamp
+    )
 
 
 def _put(t: Txn, sess: bytes, meta: QueueMeta, seq: int, data: bytes) -> None:
@@ -241,6 +265,23 @@ def _put(t: Txn, sess: bytes, meta: QueueMeta, seq: int, data: bytes) -> None:
         meta.size += len(data)
         t.delta.entries += 1
         t.delta.bytes += len(data)
+    t.dirty.add(sess)
+
+
+def _set_state(
+    t: Txn, sess: bytes, meta: QueueMeta, state: tuple[int, tuple[int, ...], tuple[int, ...]]
+) -> None:
+    """The copy's delivery state becomes the primary's: what was sent to the client, and
+    the QoS 2 marks (so exactly once holds across a failover)."""
+    delivered, inbound, pubrel = state
+    meta.delivered_upto = min(delivered, meta.last_seq)
+    if meta.marks:
+        t.txn.delete_range(MARKS, sess, keys.prefix_end(sess))
+    meta.marks = 0
+    for kind, idents in ((MARK_INBOUND, inbound), (MARK_PUBREL, pubrel)):
+        for ident in idents:
+            t.txn.put(MARKS, keys.mark(sess, kind, ident), b"")
+            meta.marks += 1
     t.dirty.add(sess)
 
 

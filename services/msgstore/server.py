@@ -23,7 +23,7 @@ from services.msgstore.committer import Committer
 from services.msgstore.config import MsgstoreSettings
 from services.msgstore.engines.base import StoreError
 from services.msgstore.engines.lmdb_engine import LmdbEngine
-from services.msgstore.metrics import StoreMetrics
+from services.msgstore.metrics import StoreMetrics, replication_gauges
 from services.msgstore.model import Collected, CollectTombstones
 from services.msgstore.queue import DBS, QueueStore
 from services.msgstore.servicer import MsgStoreServicer, add_to_server
@@ -134,6 +134,10 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     try:
         if settings.replication_factor > 1:
             side = servicer.cluster = await start_cluster(settings, store, committer)
+            rep = side.replicator
+            replication_gauges(
+                registry, lambda: float(len(rep.queues)), lambda: float(rep.replicated), rep.lag_max
+            )
         bind(server, settings.address)
         await server.start()
         ready = True

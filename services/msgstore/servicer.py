@@ -36,12 +36,13 @@ from services.msgstore.model import (
     AppendStatus,
     BatchResult,
     DeleteQueue,
+    Mark,
     OpenQueue,
     QueueState,
     Result,
 )
 from services.msgstore.queue import QueueStore
-from services.msgstore.replica_reads import copies_of
+from services.msgstore.replica_reads import copies_of, replica_sets
 from services.msgstore.tombstones import Graveyard
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
@@ -54,7 +55,7 @@ QUEUES_PAGE = 1000  # Queues lists at most this many per call
 
 # A batch handed to the committer: its appends, their (msg_id, qos) for message.queued
 # (empty when message events are off) and the future of its result.
-_Waiting = tuple[Sequence[Append], list[tuple[str, int]], "asyncio.Future[Result]"]
+_Waiting = tuple[Sequence[Append], list[tuple[str, int]], "asyncio.Future[Result]", Sequence[Mark]]
 
 
 class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
@@ -83,12 +84,13 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         self.streams += 1
         try:
             while (item := await waiting.get()) is not None:
-                appends, logged, future = item
+                appends, logged, future, marks = item
                 result = await future
                 slots.release()
                 assert isinstance(result, BatchResult)
-                if self.cluster is not None and self.cluster.replicator.queues:
-                    await self._replicated(self.cluster.replicator, appends, result)
+                rep = self.cluster.replicator if self.cluster is not None else None
+                if rep is not None and (rep.queues or rep.rebuilding):
+                    await self._replicated(rep, appends, result, marks)
                 if logged:
                     log_queued(appends, logged, result)
                 yield result_to_pb(result)
@@ -125,29 +127,45 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                     self._refuse(waiting, batch.batch_id, len(batch.appends), str(exc))
                     continue
                 future = self.committer.submit(job, stream)
-                waiting.put_nowait((job.appends, logged, future))
+                waiting.put_nowait((job.appends, logged, future, job.marks))
         finally:
             waiting.put_nowait(None)
 
     @staticmethod
     async def _replicated(
-        replicator: Replicator, appends: Sequence[Append], result: BatchResult
+        replicator: Replicator,
+        appends: Sequence[Append],
+        result: BatchResult,
+        marks: Sequence[Mark] = (),
     ) -> None:
-        """Hold the result until the appends to replicated queues are on W copies; those
-        that are not within ``msgstore.failover_timeout`` fail (never a success for a
-        message on fewer copies)."""
+        """Hold the result until the appends to replicated queues, and their QoS 2 marks
+        (exactly once across a failover), are on W copies; appends that are not within
+        ``msgstore.failover_timeout`` fail (never a success for a message on fewer
+        copies), and so does the batch when its marks are not."""
+        opening = {op.session for op in appends if op.session in replicator.rebuilding}
+        opening |= {m.session for m in marks if m.session in replicator.rebuilding}
+        if opening:
+            await replicator.settled(opening)
         seqs: dict[SessionKey, list[int]] = {}
         for op, res in zip(appends, result.results, strict=False):
             if res.status == AppendStatus.OK and op.session in replicator.queues:
                 seqs.setdefault(op.session, []).append(res.seq)
-        if not seqs:
+        marked = {m.session for m in marks if m.session in replicator.queues}
+        if not seqs and not marked:
             return
         pending = {}
         for sid, got in seqs.items():
             fut = replicator.appended(sid, got)
             if fut is not None:
                 pending[sid] = fut
+        states = {}
+        for sid in marked:
+            fut = replicator.state_changed(sid)
+            if fut is not None:
+                states[sid] = fut
         failed = await replicator.wait(pending)
+        if await replicator.wait(states) and not result.error:
+            result.error = "QoS 2 state not on msgstore.write_quorum copies in time"
         if not failed:
             return
         refused = AppendResult(AppendStatus.STORE_ERROR)
@@ -179,7 +197,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         refused = [AppendResult(AppendStatus.STORE_ERROR)] * appends
         future.set_result(BatchResult(batch_id, refused, f"invalid batch: {why}"))
-        waiting.put_nowait(((), [], future))
+        waiting.put_nowait(((), [], future, ()))
 
     async def Open(
         self, request: msgstore_pb2.OpenRequest, context: Any
@@ -189,12 +207,15 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             sid, request.epoch, request.create, request.clean, request.max_len,
             tuple(request.replicas),
         )  # fmt: skip
-        if self.cluster is not None:
+        if self.cluster is None:
+            state = await self.committer.submit(job)
+        else:
             self.cluster.replicator.pause(sid)
-        state = await self.committer.submit(job)
+            try:
+                state = await self.committer.submit(job)
+            finally:
+                await self.cluster.replicator.opened(sid)  # also ends the pause
         assert isinstance(state, QueueState)
-        if self.cluster is not None:
-            await self.cluster.replicator.opened(sid)
         if state.created:
             mountpoint, client_id = state.session
             log.emit("queue.created", client_id=client_id, mountpoint=mountpoint, epoch=state.epoch)
@@ -208,7 +229,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         )
         assert isinstance(state, QueueState)
         if state.deleted and self.cluster is not None:
-            self.cluster.replicator.forget(state.session)
+            await self.cluster.replicator.forget(state.session, state.epoch)
         if state.deleted:
             mountpoint, client_id = state.session
             self.graveyard.bury(keys.session(mountpoint, client_id), state.epoch, time.monotonic())
@@ -228,7 +249,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
     async def Orphans(
         self, request: msgstore_pb2.OrphansRequest, context: Any
     ) -> msgstore_pb2.QueuesReply:
-        found = await asyncio.to_thread(copies_of, self.store, request.primary)
+        found = await asyncio.to_thread(copies_of, self.store, request.primary, request.replica)
         reply = msgstore_pb2.QueuesReply()
         for sid, copy in found:
             reply.queues.add(
@@ -283,7 +304,12 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         except StoreError as exc:
             log.emit("store.error", "warning", op="queues", reason=str(exc))
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"store error: {exc}")
-        return msgstore_pb2.QueuesReply(queues=[state_to_pb(s) for s in found], next=after)
+        reply = msgstore_pb2.QueuesReply(queues=[state_to_pb(s) for s in found], next=after)
+        if self.cluster is not None:  # replicated queues name their copies
+            sets = await asyncio.to_thread(replica_sets, self.store, [s.session for s in found])
+            for pb in reply.queues:
+                pb.replicas.extend(sets.get((pb.key.mountpoint, pb.key.client_id), ()))
+        return reply
 
 
 def add_to_server(servicer: MsgStoreServicer, server: grpc.aio.Server) -> None:

@@ -103,6 +103,7 @@ class NodeClient:
                 "user": s.username,
                 "protocol": s.proto_ver,
                 "persistent": s.persistent,
+                "replicas": list(s.replicas),
             }
             for s in reply.sessions
         ]

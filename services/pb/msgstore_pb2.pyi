@@ -29,10 +29,12 @@ MARK_INBOUND_QOS2: MarkKind
 MARK_OUTBOUND_PUBREL: MarkKind
 
 class OrphansRequest(_message.Message):
-    __slots__ = ("primary",)
+    __slots__ = ("primary", "replica")
     PRIMARY_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
     primary: str
-    def __init__(self, primary: _Optional[str] = ...) -> None: ...
+    replica: str
+    def __init__(self, primary: _Optional[str] = ..., replica: _Optional[str] = ...) -> None: ...
 
 class ReplicaEntry(_message.Message):
     __slots__ = ("epoch", "seq", "delivery")
@@ -45,7 +47,7 @@ class ReplicaEntry(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., seq: _Optional[int] = ..., delivery: _Optional[bytes] = ...) -> None: ...
 
 class ReplicaAppend(_message.Message):
-    __slots__ = ("key", "epoch", "prev_epoch", "prev_seq", "install", "entries", "acked", "max_len", "replicas")
+    __slots__ = ("key", "epoch", "prev_epoch", "prev_seq", "install", "entries", "acked", "max_len", "replicas", "has_state", "delivered_upto", "inbound_qos2", "outbound_pubrel", "state_epoch", "state_stamp")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     PREV_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +57,12 @@ class ReplicaAppend(_message.Message):
     ACKED_FIELD_NUMBER: _ClassVar[int]
     MAX_LEN_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    HAS_STATE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_UPTO_FIELD_NUMBER: _ClassVar[int]
+    INBOUND_QOS2_FIELD_NUMBER: _ClassVar[int]
+    OUTBOUND_PUBREL_FIELD_NUMBER: _ClassVar[int]
+    STATE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_STAMP_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     prev_epoch: int
@@ -64,7 +72,13 @@ class ReplicaAppend(_message.Message):
     acked: int
     max_len: int
     replicas: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., prev_seq: _Optional[int] = ..., install: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., acked: _Optional[int] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
+    has_state: bool
+    delivered_upto: int
+    inbound_qos2: _containers.RepeatedScalarFieldContainer[int]
+    outbound_pubrel: _containers.RepeatedScalarFieldContainer[int]
+    state_epoch: int
+    state_stamp: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., prev_seq: _Optional[int] = ..., install: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., acked: _Optional[int] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., has_state: _Optional[bool] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., state_epoch: _Optional[int] = ..., state_stamp: _Optional[int] = ...) -> None: ...
 
 class ReplicaReply(_message.Message):
     __slots__ = ("ok", "epoch", "upto", "last_seq", "reason")
@@ -89,7 +103,7 @@ class FenceRequest(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class FenceReply(_message.Message):
-    __slots__ = ("ok", "exists", "epoch", "last_epoch", "last_seq", "base_epoch", "base_seq", "reason")
+    __slots__ = ("ok", "exists", "epoch", "last_epoch", "last_seq", "base_epoch", "base_seq", "reason", "state_epoch", "state_stamp")
     OK_FIELD_NUMBER: _ClassVar[int]
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +112,8 @@ class FenceReply(_message.Message):
     BASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_SEQ_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    STATE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_STAMP_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     exists: bool
     epoch: int
@@ -106,7 +122,9 @@ class FenceReply(_message.Message):
     base_epoch: int
     base_seq: int
     reason: str
-    def __init__(self, ok: _Optional[bool] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., base_epoch: _Optional[int] = ..., base_seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    state_epoch: int
+    state_stamp: int
+    def __init__(self, ok: _Optional[bool] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., base_epoch: _Optional[int] = ..., base_seq: _Optional[int] = ..., reason: _Optional[str] = ..., state_epoch: _Optional[int] = ..., state_stamp: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("key", "epoch", "after_seq", "max_entries")
@@ -121,14 +139,20 @@ class FetchRequest(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., after_seq: _Optional[int] = ..., max_entries: _Optional[int] = ...) -> None: ...
 
 class FetchReply(_message.Message):
-    __slots__ = ("entries", "last_seq", "error")
+    __slots__ = ("entries", "last_seq", "error", "delivered_upto", "inbound_qos2", "outbound_pubrel")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_UPTO_FIELD_NUMBER: _ClassVar[int]
+    INBOUND_QOS2_FIELD_NUMBER: _ClassVar[int]
+    OUTBOUND_PUBREL_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[ReplicaEntry]
     last_seq: int
     error: str
-    def __init__(self, entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., last_seq: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    delivered_upto: int
+    inbound_qos2: _containers.RepeatedScalarFieldContainer[int]
+    outbound_pubrel: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., last_seq: _Optional[int] = ..., error: _Optional[str] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FailoverRequest(_message.Message):
     __slots__ = ("key", "epoch", "copies", "replicas", "max_len")

@@ -131,7 +131,8 @@ class MsgStoreServicer:
 
     def Orphans(self, request, context):
         """The replicated queues this node holds a copy of whose primary is `primary` (a member
-        that went down: one of the copies' holders takes each over).
+        that went down: one of the copies' holders takes each over), or, with `replica`, the
+        ones whose replica set names that member (it went down: the set is healed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -435,6 +436,11 @@ class ReplicaStub:
                 request_serializer=services_dot_pb_dot_msgstore__pb2.FetchRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_msgstore__pb2.FetchReply.FromString,
                 _registered_method=True)
+        self.Drop = channel.unary_unary(
+                '/ternmq.msgstore.Replica/Drop',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.FenceRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.FenceReply.FromString,
+                _registered_method=True)
 
 
 class ReplicaServicer:
@@ -464,6 +470,14 @@ class ReplicaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Drop(self, request, context):
+        """The queue was deleted on its primary (the session ended): delete this copy, unless it
+        follows a newer epoch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -481,6 +495,11 @@ def add_ReplicaServicer_to_server(servicer, server):
                     servicer.Fetch,
                     request_deserializer=services_dot_pb_dot_msgstore__pb2.FetchRequest.FromString,
                     response_serializer=services_dot_pb_dot_msgstore__pb2.FetchReply.SerializeToString,
+            ),
+            'Drop': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drop,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.FenceRequest.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.FenceReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -567,6 +586,33 @@ class Replica:
             '/ternmq.msgstore.Replica/Fetch',
             services_dot_pb_dot_msgstore__pb2.FetchRequest.SerializeToString,
             services_dot_pb_dot_msgstore__pb2.FetchReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.Replica/Drop',
+            services_dot_pb_dot_msgstore__pb2.FenceRequest.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.FenceReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -154,7 +154,7 @@ class SessionsRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., limit: _Optional[int] = ..., local: _Optional[bool] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
-    __slots__ = ("key", "node", "listener_id", "online", "epoch", "session_expiry", "connected_us", "disconnected_us", "peer", "username", "proto_ver", "persistent", "queued")
+    __slots__ = ("key", "node", "listener_id", "online", "epoch", "session_expiry", "connected_us", "disconnected_us", "peer", "username", "proto_ver", "persistent", "queued", "replicas")
     KEY_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     LISTENER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,7 @@ class SessionInfo(_message.Message):
     PROTO_VER_FIELD_NUMBER: _ClassVar[int]
     PERSISTENT_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     node: str
     listener_id: str
@@ -181,7 +182,8 @@ class SessionInfo(_message.Message):
     proto_ver: int
     persistent: bool
     queued: bool
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., online: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_expiry: _Optional[int] = ..., connected_us: _Optional[int] = ..., disconnected_us: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., proto_ver: _Optional[int] = ..., persistent: _Optional[bool] = ..., queued: _Optional[bool] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., node: _Optional[str] = ..., listener_id: _Optional[str] = ..., online: _Optional[bool] = ..., epoch: _Optional[int] = ..., session_expiry: _Optional[int] = ..., connected_us: _Optional[int] = ..., disconnected_us: _Optional[int] = ..., peer: _Optional[str] = ..., username: _Optional[str] = ..., proto_ver: _Optional[int] = ..., persistent: _Optional[bool] = ..., queued: _Optional[bool] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SessionsReply(_message.Message):
     __slots__ = ("sessions", "unreachable")

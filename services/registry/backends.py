@@ -118,9 +118,10 @@ class Backends:
         if batch.acks or batch.marks:
             await self._store(batch)
 
-    async def orphans(self, primary: str) -> msgstore_pb2.QueuesReply:
-        """The replicated queues held here whose primary is ``primary``."""
-        request = msgstore_pb2.OrphansRequest(primary=primary)
+    async def orphans(self, primary: str, replica: str = "") -> msgstore_pb2.QueuesReply:
+        """The replicated queues held here whose primary is ``primary`` (and whose
+        replica set names ``replica``, if given)."""
+        request = msgstore_pb2.OrphansRequest(primary=primary, replica=replica)
         reply: msgstore_pb2.QueuesReply = await self._call(
             "msgstore", "Orphans", self.msgstore.Orphans, request
         )

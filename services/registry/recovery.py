@@ -89,13 +89,16 @@ async def _drop_orphan_queues(registrar: Registrar) -> None:
     restart (a queue with a newer one, from a wiped registry, is refused and kept). In a
     cluster too, this node's msgstore holds only the queues of sessions this node owned:
     one left behind by a handover that had not finished (its RELEASE never came) is
-    swept with the rest; the entries the new owner copied live on there.
+    swept with the rest; the entries the new owner copied live on there. A replica of a
+    replicated queue whose primary is another node is that node's, and stays.
     """
     orphans: list[SessionKey] = []
     try:
         async for page in registrar.backends.queue_pages():
             for queue in page:
                 key = (queue.key.mountpoint, queue.key.client_id)
+                if queue.replicas and queue.replicas[0] != registrar.settings.node:
+                    continue  # a replica of another node's queue (DESIGN §4)
                 if registrar.table.get(key) is None and registrar.leads(key):
                     orphans.append(key)
     except BackendError:

@@ -158,6 +158,8 @@ class Registrar:
         # id -> the highest epoch another node took it over at (see ``fence``)
         self._fences: OrderedDict[SessionKey, int] = OrderedDict()
         self.directory = DirectoryWriter(backends.put_meta)
+        # id -> the replica set the cluster side settled on (``keeping``)
+        self.replica_sets: dict[SessionKey, tuple[str, ...]] = {}
         if settings.replication_factor > 1:
             backends.replica_set = self.replica_set
         self.queues = QueueCalls(backends, self._refused_behind)
@@ -200,13 +202,33 @@ class Registrar:
         return True
 
     def replica_set(self, key: SessionKey) -> tuple[str, ...]:
-        """Where a queue this node owns is kept: here (its primary) and the next R - 1
-        members on the id's ring that are up now (DESIGN §4); () when not replicated."""
+        """Where a queue this node owns is kept: here (its primary) and R - 1 other
+        members (DESIGN §4); () when not replicated. The set the cluster side settled on
+        for the id (``replica_sets``: it keeps the copies that survive a change), else
+        the next members on the id's ring that are up now."""
+        return self.replica_sets.get(key) or self.ring_set(key)
+
+    def ring_set(self, key: SessionKey) -> tuple[str, ...]:
         r = self.settings.replication_factor
         if r < 2:
             return ()
         view = self.cluster()
         return tuple(replicas(key, self.settings.node, view.up & view.members, r))
+
+    def keeping(self, key: SessionKey, survivors: tuple[str, ...]) -> tuple[str, ...]:
+        """A replica set for ``key`` that keeps the members of ``survivors`` that are up
+        (they hold what was committed) and fills up to R from the ring; remembered as
+        the id's set (``replica_set``)."""
+        ring = self.ring_set(key)
+        if not ring:
+            return ()
+        view = self.cluster()
+        node = self.settings.node
+        kept = [m for m in dict.fromkeys(survivors) if m in view.up and m != node]
+        fill = [m for m in ring[1:] if m not in kept]
+        chosen = (node, *kept, *fill)[: max(len(ring), len(kept) + 1)]
+        self.replica_sets[key] = chosen
+        return chosen
 
     def leads(self, key: SessionKey) -> bool:
         """Whether this node may register, take over or expire ``key`` now."""

@@ -210,7 +210,13 @@ def local_sessions(
     """This node's sessions (``request.limit`` 0: up to :data:`MAX_LISTED`)."""
     limit = min(request.limit or MAX_LISTED, MAX_LISTED)
     found = registrar.table.find(request.client_id, limit)
-    return registry_pb2.SessionsReply(sessions=[to_info(s) for s in found])
+    infos = []
+    for s in found:
+        info = to_info(s)
+        if s.queued and registrar.settings.replication_factor > 1:
+            info.replicas.extend(registrar.replica_set(s.key))
+        infos.append(info)
+    return registry_pb2.SessionsReply(sessions=infos)
 
 
 class _Answers:

@@ -9,6 +9,12 @@ write_quorum = 2): the seed report's sequence, with the real mosquitto clients.
 3. The owner of an offline persistent session dies and the client stays away: a copy's
    holder takes the session over, publishes made meanwhile are acknowledged and kept,
    and the client gets every message in order when it returns.
+4. Failures in a row (R = 3, W = 2): a replica dies, its node returns and the replica set
+   heals back to three copies (an install); then another replica, then the primary; the
+   client still gets every acknowledged message, in order.
+5. A session that ends takes its copies with it.
+6. QoS 2 stays exactly once when a persistent publisher's node dies between its PUBREC
+   and its PUBREL: the packet id is replicated with the queue.
 
 The steps share one cluster and run in order.
 """
@@ -24,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from services.listener.mqtt.types import Pubcomp, Publish, Pubrec, Pubrel
+from tests.conformance.client import connected
 from tests.integration.test_cluster_membership import (
     HTTP,
     N1,
@@ -35,8 +43,8 @@ from tests.integration.test_cluster_membership import (
     pid_of,
     states,
 )
-from tests.support.clients import mosquitto_pub
-from tests.support.cluster import dev_cluster
+from tests.support.clients import Client, mosquitto_pub
+from tests.support.cluster import BIN, dev_cluster
 from tests.support.node import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -71,9 +79,9 @@ def _replication() -> str:
     return "\n".join(out)
 
 
-def _publish(node: str, payload: str) -> None:
+def _publish(node: str, payload: str, topic: str = TOPIC) -> None:
     try:
-        mosquitto_pub(MQTT[node], TOPIC, payload)
+        mosquitto_pub(MQTT[node], topic, payload)
     except subprocess.CalledProcessError as exc:
         raise AssertionError(f"{payload} not acknowledged on {node}:\n{_replication()}") from exc
 
@@ -116,6 +124,10 @@ def test_the_seed_sequence_survives_the_queue_nodes_death(cluster: Path) -> None
     )  # fmt: skip
     try:
         wait_for(lambda: _online(N2, client), BOUND, 0.2, "the subscriber online on n2")
+        # session show names the queue's copies: n2 the primary now, n1 a replica (n3 is
+        # down, so not in the set)
+        status, rows = get(HTTP[N2], f"/api/v1/session/show?client_id={client}&local=1")
+        assert status == 200 and rows[0]["replicas"] == [N2, N1], rows
         mosquitto_pub(MQTT[N1], TOPIC, "D")
         mosquitto_pub(MQTT[N1], TOPIC, "E")
         out, _ = sub.communicate(timeout=60)
@@ -129,9 +141,15 @@ def test_the_seed_sequence_survives_the_queue_nodes_death(cluster: Path) -> None
     assert any(e["state"] == "done" for e in done), done
 
 
+def topic_of(client: str) -> str:
+    """Each step's own topic: a session of an earlier step is not in its way."""
+    return TOPIC if client == "resume-test" else f"t/{client}"
+
+
 def _sub(node: str, client: str, count: int, wait: int = 60) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        ["mosquitto_sub", "-p", str(MQTT[node]), "-t", TOPIC, "-q", "1", "-i", client, "-c",
+        ["mosquitto_sub", "-p", str(MQTT[node]), "-t", topic_of(client), "-q", "1", "-i",
+         client, "-c",
          "-C", str(count), "-W", str(wait)],
         stdout=subprocess.PIPE,
         text=True,
@@ -163,25 +181,145 @@ def test_the_dead_node_returns_and_never_delivers_its_stale_copy(cluster: Path) 
 
 def test_publishes_while_the_owner_is_dead_and_the_client_away_are_kept(cluster: Path) -> None:
     client = "away-test"
-    sub = _sub(N1, client, 1)
-    wait_for(lambda: _online(N1, client), BOUND, 0.2, "the subscriber online on n1")
-    _publish(N2, "P1")
-    # resume-test (still subscribed, on n3) gets these too: its session is not the one here
-    assert _received(sub) == ["P1"]
-    wait_for(lambda: not _online(N1, client), BOUND, 0.2, "the subscriber offline")
-    _publish(N2, "P2")
+    _subscribed_then_away(client, N1, N2, "P1")
+    _publish(N2, "P2", topic_of(client))
     os.killpg(pid_of(cluster, N1), signal.SIGKILL)
     wait_for(lambda: states(N2).get(N1) == "down", BOUND, 0.2, "n1 down on n2")
 
-    def failed_over() -> bool:
-        return any(
-            e["state"] == "done" and e["client_id"] == client
-            for n in (N2, N3)
-            for e in _events(cluster, n, "msgstore", "queue.failover")
-        )
-
-    wait_for(failed_over, BOUND, 0.2, "the offline session failed over")
-    _publish(N2, "P3")  # acknowledged, or mosquitto_pub fails
-    _publish(N3, "P4")
+    wait_for(lambda: _failed_over(cluster, client), BOUND, 0.2, "the offline session failed over")
+    _publish(N2, "P3", topic_of(client))  # acknowledged, or mosquitto_pub fails
+    _publish(N3, "P4", topic_of(client))
     sub = _sub(N3, client, 3)
     assert _received(sub) == ["P2", "P3", "P4"]
+
+
+def _restart(cluster: Path, k: int) -> None:
+    """Start node ``k`` again, unless it is up (a step before did not get to kill it)."""
+    if health((N1, N2, N3)[k - 1]) == 200:
+        return
+    conf = cluster / f"dev{k}" / "ternmq.conf"
+    with open(cluster / f"dev{k}" / "console.log", "ab") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "ternmq"), "start", "--config", str(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (cluster / f"dev{k}" / "node.pid").write_text(f"{proc.pid}\n")
+
+
+def _revive(cluster: Path) -> None:
+    """Every node up again, whatever the step before left dead."""
+    for k in (1, 2, 3):
+        _restart(cluster, k)
+    wait_for(_all_up, 90, 0.5, "every member up")
+
+
+def _all_up() -> bool:
+    return all(states(n).get(m) == "up" for n in (N1, N2, N3) for m in (N1, N2, N3))
+
+
+def _subscribed_then_away(client: str, node: str, via: str, payload: str) -> None:
+    """``client`` subscribes on ``node`` (persistent), gets ``payload`` published on
+    ``via`` and goes away; its session stays."""
+    sub = _sub(node, client, 1)
+    wait_for(lambda: _online(node, client), BOUND, 0.2, f"{client} online on {node}")
+    _publish(via, payload, topic_of(client))
+    assert _received(sub) == [payload]
+    wait_for(lambda: not _online(node, client), BOUND, 0.2, f"{client} offline")
+
+
+def _given(cluster: Path, client: str, replica: str) -> int:
+    """How many times ``replica`` was given ``client``'s queue whole (an install)."""
+    return sum(
+        1
+        for n in (N1, N2, N3)
+        for e in _events(cluster, n, "msgstore", "queue.rereplicated")
+        if e["client_id"] == client and e["replica"] == replica
+    )
+
+
+def _failed_over(cluster: Path, client: str) -> bool:
+    return any(
+        e["state"] == "done" and e["client_id"] == client
+        for n in (N1, N2, N3)
+        for e in _events(cluster, n, "msgstore", "queue.failover")
+    )
+
+
+def test_failures_in_a_row_with_the_set_healed_between_lose_nothing(cluster: Path) -> None:
+    _revive(cluster)  # n1 was killed by the previous step
+    client = "twice-test"
+    _subscribed_then_away(client, N1, N2, "M0")
+    order = {N2: 2, N3: 3}
+    sent = []
+    for i, victim in enumerate((N2, N3), start=1):
+        # a replica dies; the primary keeps committing on the two copies left
+        os.killpg(pid_of(cluster, victim), signal.SIGKILL)
+        wait_for(lambda v=victim: states(N1).get(v) == "down", BOUND, 0.2, f"{victim} down")
+        _publish(N1, f"M{i}", topic_of(client))
+        sent.append(f"M{i}")
+        # it returns, and the set heals: it is given the queue whole
+        before = _given(cluster, client, victim)
+        _restart(cluster, order[victim])
+        wait_for(_all_up, 90, 0.5, "every member up again")
+        wait_for(
+            lambda v=victim, b=before: _given(cluster, client, v) > b,
+            BOUND, 0.2, f"the queue given back to {victim}",
+        )  # fmt: skip
+    # now the primary dies; a copy's holder takes the offline session over
+    os.killpg(pid_of(cluster, N1), signal.SIGKILL)
+    wait_for(lambda: states(N2).get(N1) == "down", BOUND, 0.2, "n1 down")
+    wait_for(lambda: _failed_over(cluster, client), BOUND, 0.2, "the session failed over")
+    _publish(N2, "M3", topic_of(client))
+    sent.append("M3")
+    sub = _sub(N3, client, len(sent))
+    assert _received(sub) == sent
+
+
+def test_a_deleted_session_takes_its_copies_with_it(cluster: Path) -> None:
+    """A clean start ends the persistent session: its queue goes on the primary, and the
+    replicas drop their copies (no copy outlives its session)."""
+    _revive(cluster)  # n1 was killed by the previous step
+    client = "gone-test"
+    _subscribed_then_away(client, N2, N3, "G1")
+    _publish(N3, "G2", topic_of(client))  # on the replicas too: acknowledged only once on W copies
+    mosquitto_pub(MQTT[N2], "t/elsewhere", "x", 1, "-i", client)  # a clean start: the end
+
+    def dropped() -> set[str]:
+        return {
+            n
+            for n in (N1, N2, N3)
+            for e in _events(cluster, n, "msgstore", "queue.deleted")
+            if e["client_id"] == client and e["reason"] == "deleted on its primary"
+        }
+
+    wait_for(lambda: len(dropped()) == 2, BOUND, 0.2, "both replicas dropped their copies")
+
+
+def test_qos2_stays_exactly_once_when_the_publishers_node_dies(cluster: Path) -> None:
+    """A persistent QoS 2 publisher has its PUBREC (the broker holds its packet id, on W
+    copies) and its node dies before its PUBREL. It reconnects elsewhere and, as MQTT
+    asks, sends the PUBLISH again with DUP: the failed-over session still knows the
+    packet id, so the message is not routed a second time."""
+    _revive(cluster)
+    sub = Client("qos2-sub", MQTT[N2], clean=False).connect()
+    sub.subscribe("qos2/once", 2)
+    try:
+        pub, _ = connected(MQTT[N1], "qos2-pub", clean=False)
+        pub.send(Publish("qos2/once", b"X", 2, packet_id=5))
+        assert pub.expect(Pubrec).packet_id == 5
+        assert [m.payload for m in sub.take(1)] == [b"X"]
+        os.killpg(pid_of(cluster, N1), signal.SIGKILL)
+        pub.close()
+        wait_for(lambda: states(N2).get(N1) == "down", BOUND, 0.2, "n1 down")
+        again, connack = connected(MQTT[N3], "qos2-pub", clean=False)
+        assert connack.session_present
+        again.send(Publish("qos2/once", b"X", 2, dup=True, packet_id=5))
+        assert again.expect(Pubrec).packet_id == 5
+        again.send(Pubrel(5))
+        assert again.expect(Pubcomp).packet_id == 5
+        again.disconnect()
+        assert sub.drain(2.0) == [], "the resent PUBLISH was routed again"
+    finally:
+        sub.disconnect()

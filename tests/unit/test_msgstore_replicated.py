@@ -267,3 +267,22 @@ def test_a_new_primary_whose_seqs_are_behind_a_replicas_replaces_its_copy(
     assert not first.ok and p.committed == 0
     sync(p, c, b)
     assert p.committed == 1 and b.messages() == [b"N"]
+
+
+def test_the_delivery_state_travels_with_an_append(kind: str, tmp_path: Path) -> None:
+    """QoS 2 exactly once across a failover: the copy's marks become the primary's (the
+    packet ids whose PUBREC went out, the seqs whose PUBREL is owed) and so does what
+    was sent to the client."""
+    b = Node("b", kind, tmp_path)
+    entries = ((1, 1, b"A"), (1, 2, b"B"))
+    state = b.job(ReplicaWrite(C1, 1, (0, 0), entries, state=(1, (7, 9), (2,))))
+    assert state.ok
+    got = b.store.state(C1)
+    assert (got.delivered_upto, got.inbound_qos2, got.outbound_pubrel) == (1, (7, 9), (2,))
+    # a later append names the new state, which replaces the old one (not a union)
+    b.job(ReplicaWrite(C1, 1, (1, 2), ((1, 3, b"C"),), state=(2, (9,), ())))
+    got = b.store.state(C1)
+    assert (got.delivered_upto, got.inbound_qos2, got.outbound_pubrel) == (2, (9,), ())
+    # an append without a state leaves it as it is
+    b.job(ReplicaWrite(C1, 1, (1, 3), ((1, 4, b"D"),)))
+    assert b.store.state(C1).inbound_qos2 == (9,)

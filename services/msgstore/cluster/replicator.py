@@ -17,12 +17,16 @@ in the rebuilt log, and their publishers keep waiting on it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
+from typing import Any
 
 import grpc
 
 from services.common import log
+from services.common.background import Background
 from services.common.grpcutil import rpc_failed
 from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
@@ -50,12 +54,18 @@ class QueuePrimary:
     __slots__ = (
         "acked",
         "copies",
+        "joining",
         "max_len",
         "notes",
         "paused",
         "primary",
         "replicas",
         "sid",
+        "state_acked",
+        "state_stamp",
+        "state_told",
+        "state_version",
+        "state_waiters",
         "tasks",
         "waiters",
         "wake",
@@ -72,13 +82,34 @@ class QueuePrimary:
         self.waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.wake = {r: asyncio.Event() for r in self.replicas}
         self.notes = {r: "" for r in self.replicas}  # how the last call to each went
+        self.joining: set[str] = set()  # new to the set: caught up = queue.rereplicated
+        # The delivery state (QoS 2 marks, delivered mark): a version per change, and
+        # what each replica was sent and acknowledged.
+        self.state_version = 0
+        self.state_stamp = (primary.epoch, 0)
+        self.state_told = {r: 0 for r in self.replicas}
+        self.state_acked = {r: 0 for r in self.replicas}
+        self.state_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.tasks: list[asyncio.Task[None]] = []
 
     def fail(self, why: str) -> None:
-        for _, fut in self.waiters:
+        for _, fut in (*self.waiters, *self.state_waiters):
             if not fut.done():
                 fut.set_exception(LookupError(why))
         self.waiters.clear()
+        self.state_waiters.clear()
+
+    def settle_state(self) -> None:
+        """Resolve the waiters whose delivery state is on W copies."""
+        keep = []
+        for version, fut in self.state_waiters:
+            copies = 1 + sum(1 for v in self.state_acked.values() if v >= version)
+            if copies >= self.primary.w:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((version, fut))
+        self.state_waiters = keep
 
     def settle(self) -> None:
         """Resolve the waiters whose entries are committed."""
@@ -115,6 +146,18 @@ class Replicator:
         self.rpc_timeout = rpc_timeout
         self.queues: dict[SessionKey, QueuePrimary] = {}
         self.replicated = 0  # entries acknowledged by replicas (a counter for /metrics)
+        self.background = Background()
+        self._locks: dict[SessionKey, list[Any]] = {}  # sid -> [lock, users]
+        # sid -> [set when rebuilt, Opens under way] (see ``pause``)
+        self.rebuilding: dict[SessionKey, list[Any]] = {}
+
+    def lag_max(self) -> float:
+        """Entries the most lagging replica of any queue replicated from here lacks."""
+        worst = 0
+        for qp in self.queues.values():
+            last = qp.primary.log.last()[1]
+            worst = max(worst, *(last - m for m in qp.primary.match.values()))
+        return float(worst)
 
     def status(self) -> dict[str, object]:
         """The queues replicated from here: for /status and ternmq-admin (at most
@@ -150,27 +193,74 @@ class Replicator:
     # -- the store's side ------------------------------------------------------------
 
     def pause(self, sid: SessionKey) -> None:
+        """An Open of ``sid`` is about to be written: its primary stops until rebuilt
+        (``opened``), and appends that land meanwhile wait for the rebuild before their
+        results are held for W copies (``settled``); a queue being opened for the first
+        time has no primary yet, and its first appends must not slip through."""
         qp = self.queues.get(sid)
         if qp is not None:
             qp.paused = True
+        entry = self.rebuilding.setdefault(sid, [asyncio.Event(), 0])
+        entry[1] += 1
+
+    async def settled(self, sids: set[SessionKey]) -> None:
+        """Wait (at most ``msgstore.failover_timeout``) for the rebuilds of ``sids``."""
+        events = [self.rebuilding[sid][0].wait() for sid in sids if sid in self.rebuilding]
+        if events:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*events), self.timeout)
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, sid: SessionKey) -> AsyncIterator[None]:
+        """One rebuild or forget of a queue at a time: a delete that lands while an Open
+        rebuilds the primary must find the rebuilt one, or it could not drop its copies."""
+        entry = self._locks.setdefault(sid, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._locks[sid]
 
     async def opened(self, sid: SessionKey) -> None:
         """Rebuild ``sid``'s primary from the store (after an Open or a failover)."""
+        try:
+            async with self._exclusive(sid):
+                await self._rebuild(sid)
+        finally:
+            entry = self.rebuilding.get(sid)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self.rebuilding[sid]
+                    entry[0].set()
+
+    async def _rebuild(self, sid: SessionKey) -> None:
         copy = await asyncio.to_thread(read_copy, self.store, sid)
         old = self.queues.pop(sid, None)
         waiters = old.waiters if old is not None else []
         if old is not None:
             await self._stop(old)
+        state_waiters = old.state_waiters if old is not None else []
         if copy is None or not copy.replicas or copy.replicas[0] != self.node:
-            for _, fut in waiters:
+            for _, fut in (*waiters, *state_waiters):
                 if not fut.done():
                     fut.set_exception(LookupError("the queue is no longer replicated from here"))
             return
-        w = min(self.w, len(copy.replicas))
+        # W as configured, even when fewer copies are left: a set healed down to fewer
+        # than W members commits nothing (its publishers are refused) until it grows.
+        w = self.w
         qp = QueuePrimary(
             sid, Primary(self.node, copy.log.epoch, copy.log, copy.replicas, w), copy.max_len
         )
         qp.waiters = waiters
+        if old is not None:
+            qp.joining = (set(qp.replicas) - set(old.replicas)) | (old.joining & set(qp.replicas))
+            qp.state_version = old.state_version + 1  # sent again to every replica
+            qp.state_stamp = old.state_stamp
+            qp.state_waiters = old.state_waiters
         self.queues[sid] = qp
         if old is None or old.replicas != qp.replicas or old.primary.epoch != qp.primary.epoch:
             log.emit(
@@ -201,10 +291,25 @@ class Replicator:
                 continue  # the rebuild reads it from the store
             if log_.last()[1] != seq - 1 or qp.primary.write() is None:
                 qp.paused = True  # out of step (or replaced): rebuild from the store
-                asyncio.get_running_loop().create_task(self.opened(sid))
+                self.background.spawn(self.opened(sid), "replica-rebuild")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         qp.waiters.append((seqs[-1], fut))
         qp.settle()
+        for ev in qp.wake.values():
+            ev.set()
+        return fut
+
+    def state_changed(self, sid: SessionKey) -> asyncio.Future[None] | None:
+        """The queue's delivery state changed here (QoS 2 marks written); a future
+        resolved once W copies hold it, or None if the queue is not replicated."""
+        qp = self.queues.get(sid)
+        if qp is None:
+            return None
+        qp.state_version += 1
+        qp.state_stamp = (qp.primary.epoch, time.time_ns())
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        qp.state_waiters.append((qp.state_version, fut))
+        qp.settle_state()
         for ev in qp.wake.values():
             ev.set()
         return fut
@@ -227,15 +332,35 @@ class Replicator:
         if qp is not None and qp.primary.epoch < epoch:
             del self.queues[sid]
             qp.fail("superseded by a newer primary")
-            asyncio.get_running_loop().create_task(self._stop(qp))
+            self.background.spawn(self._stop(qp), "replica-stop")
 
-    def forget(self, sid: SessionKey) -> None:
-        """The queue was deleted."""
-        qp = self.queues.pop(sid, None)
-        if qp is not None:
-            asyncio.get_running_loop().create_task(self._stop(qp))
+    async def forget(self, sid: SessionKey, epoch: int) -> None:
+        """The queue was deleted here: if this node was its primary, its replicas delete
+        their copies too (best effort: a replica that is down keeps its copy)."""
+        async with self._exclusive(sid):
+            qp = self.queues.pop(sid, None)
+        if qp is None:
+            return
+        self.background.spawn(self._stop(qp), "replica-stop")
+        for replica in qp.replicas:
+            self.background.spawn(
+                self._drop(sid, replica, max(epoch, qp.primary.epoch)), "replica-drop"
+            )
+
+    async def _drop(self, sid: SessionKey, replica: str, epoch: int) -> None:
+        stub = self.peers.stub(replica)
+        if stub is None:
+            return
+        req = msgstore_pb2.FenceRequest(
+            key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]), epoch=epoch
+        )
+        try:
+            await stub.Drop(req, timeout=self.rpc_timeout, metadata=self.peers.metadata())
+        except grpc.aio.AioRpcError as exc:
+            rpc_failed("msgstore", "Replica.Drop", exc, "info")
 
     async def close(self) -> None:
+        await self.background.close()
         for qp in list(self.queues.values()):
             await self._stop(qp)
         self.queues.clear()
@@ -274,7 +399,8 @@ class Replicator:
             wake.clear()
             while not qp.paused:
                 req = qp.primary.to_send(replica)
-                if req is None and told_acked >= qp.acked:
+                stale = qp.state_told[replica] < qp.state_version
+                if req is None and told_acked >= qp.acked and not stale:
                     break
                 sent = await self._send(qp, replica, req)
                 if sent is None:
@@ -318,6 +444,14 @@ class Replicator:
         )
         for epoch, seq in req.entries:
             pb.entries.add(epoch=epoch, seq=seq, delivery=datas.get(seq, b""))
+        version = qp.state_version
+        if qp.state_told[replica] < version:
+            state = await asyncio.to_thread(self.store.state, qp.sid)
+            pb.has_state = True
+            pb.delivered_upto = state.delivered_upto
+            pb.inbound_qos2.extend(state.inbound_qos2)
+            pb.outbound_pubrel.extend(state.outbound_pubrel)
+            pb.state_epoch, pb.state_stamp = qp.state_stamp
         try:
             reply: msgstore_pb2.ReplicaReply = await stub.Append(
                 pb, timeout=self.rpc_timeout, metadata=self.peers.metadata()
@@ -327,6 +461,9 @@ class Replicator:
             qp.notes[replica] = f"{exc.code().name}: {exc.details() or ''}"
             return None
         qp.notes[replica] = "ok" if reply.ok else f"refused: {reply.reason}"
+        if reply.ok and pb.has_state:
+            qp.state_told[replica] = qp.state_acked[replica] = version
+            qp.settle_state()
         answer = (
             Appended(reply.epoch, reply.upto)
             if reply.ok
@@ -353,7 +490,8 @@ class Replicator:
             return None
         if reply.ok:
             self.replicated += len(req.entries)
-            if req.install:
+            if replica in qp.joining and p.match[replica] >= p.log.last()[1]:
+                qp.joining.discard(replica)
                 log.emit(
                     "queue.rereplicated",
                     client_id=qp.sid[1],

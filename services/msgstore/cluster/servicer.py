@@ -25,7 +25,14 @@ from services.common.session_key import SessionKey
 from services.msgstore.cluster.replicator import Replicator
 from services.msgstore.committer import Committer
 from services.msgstore.convert import session_key, state_to_pb
-from services.msgstore.model import FenceQueue, OpenQueue, QueueState, ReplicaState, ReplicaWrite
+from services.msgstore.model import (
+    DeleteQueue,
+    FenceQueue,
+    OpenQueue,
+    QueueState,
+    ReplicaState,
+    ReplicaWrite,
+)
 from services.msgstore.queue import QueueStore
 from services.msgstore.replica_reads import read_copy
 from services.msgstore.replication.failover import choose, read_quorum
@@ -54,6 +61,16 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
             request.acked,
             request.max_len,
             tuple(request.replicas),
+            (
+                (
+                    request.delivered_upto,
+                    tuple(request.inbound_qos2),
+                    tuple(request.outbound_pubrel),
+                )
+                if request.has_state
+                else None
+            ),
+            (request.state_epoch, request.state_stamp),
         )
         state = await self.committer.submit(job)
         assert isinstance(state, ReplicaState)
@@ -77,6 +94,17 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
             self.replicator.superseded(sid, state.epoch)
         return fence_pb(state)
 
+    async def Drop(
+        self, request: msgstore_pb2.FenceRequest, context: Any
+    ) -> msgstore_pb2.FenceReply:
+        sid = session_key(request.key)
+        reason = "deleted on its primary"
+        state = await self.committer.submit(DeleteQueue(sid, request.epoch, reason))
+        assert isinstance(state, QueueState)
+        if state.deleted:
+            log.emit("queue.deleted", client_id=sid[1], mountpoint=sid[0], reason=reason)
+        return msgstore_pb2.FenceReply(ok=not state.error, exists=state.exists, reason=state.error)
+
     async def Fetch(
         self, request: msgstore_pb2.FetchRequest, context: Any
     ) -> msgstore_pb2.FetchReply:
@@ -91,7 +119,13 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
         last = copy.log.last()[1]
         upto = found.entries[-1][0] if len(found.entries) >= page else last
         held = dict(found.entries)
-        reply = msgstore_pb2.FetchReply(last_seq=last)
+        st = found.state
+        reply = msgstore_pb2.FetchReply(
+            last_seq=last,
+            delivered_upto=st.delivered_upto,
+            inbound_qos2=list(st.inbound_qos2),
+            outbound_pubrel=list(st.outbound_pubrel),
+        )
         # Every position, with the message where the client has not acknowledged it.
         for seq in range(max(request.after_seq, copy.log.base[1]) + 1, min(upto, last) + 1):
             pos = copy.log.at(seq)
@@ -133,6 +167,8 @@ def fence_pb(state: ReplicaState) -> msgstore_pb2.FenceReply:
         base_epoch=state.base[0],
         base_seq=state.base[1],
         reason=state.reason,
+        state_epoch=state.stamp[0],
+        state_stamp=state.stamp[1],
     )
 
 
@@ -171,19 +207,65 @@ class Failover:
             )
             failover_event(sid, epoch, "refused", "", self.node, 0, why)
             return state_to_pb(QueueState(sid, error=why))
+        # The log comes from the most up-to-date copy; the delivery state (QoS 2 marks)
+        # from the copy that holds its newest version, which may be another one.
+        held = {n: a for n, a in read.items() if a.exists}
+        newest = max(held, key=lambda n: (held[n].stamp, n == chosen), default=chosen)
+        marks = await self._state_of(sid, newest, epoch, read[newest])
+        if isinstance(marks, str):
+            failover_event(sid, epoch, "refused", newest, self.node, 0, marks)
+            return state_to_pb(QueueState(sid, error=marks))
         if chosen != self.node and read[chosen].exists:
             error = await self._copy(sid, chosen, epoch, read[chosen])
             if error:
                 failover_event(sid, epoch, "refused", chosen, self.node, 0, error)
                 return state_to_pb(QueueState(sid, error=error))
+        if marks is not None and read[newest].exists:
+            keep = ReplicaWrite(
+                sid, epoch, read[chosen].last, (), state=marks, stamp=read[newest].stamp
+            )
+            done = await self.committer.submit(keep)
+            assert isinstance(done, ReplicaState)
+            if not done.ok:
+                why = f"keeping the delivery state of {newest}: {done.reason}"
+                failover_event(sid, epoch, "refused", newest, self.node, 0, why)
+                return state_to_pb(QueueState(sid, error=why))
         self.replicator.pause(sid)
         job = OpenQueue(sid, epoch, True, False, request.max_len, tuple(request.replicas))
-        state = await self.committer.submit(job)
+        try:
+            state = await self.committer.submit(job)
+        finally:
+            await self.replicator.opened(sid)  # also ends the pause
         assert isinstance(state, QueueState)
-        await self.replicator.opened(sid)
         kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept"
         failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)
         return state_to_pb(state)
+
+    async def _state_of(
+        self, sid: SessionKey, node: str, epoch: int, fenced: ReplicaState
+    ) -> tuple[int, tuple[int, ...], tuple[int, ...]] | str | None:
+        """The delivery state of ``node``'s copy (None: it holds no queue); a string says
+        why it could not be read."""
+        if not fenced.exists:
+            return None
+        if node == self.node:
+            st = await asyncio.to_thread(self.store.state, sid)
+            return (st.delivered_upto, st.inbound_qos2, st.outbound_pubrel)
+        stub = self.peers.stub(node)
+        if stub is None:
+            return f"no address known for the msgstore of {node}"
+        req = msgstore_pb2.FetchRequest(
+            key=_key(sid), epoch=epoch, after_seq=fenced.last[1], max_entries=1
+        )
+        try:
+            reply: msgstore_pb2.FetchReply = await stub.Fetch(
+                req, timeout=self.rpc_timeout, metadata=self.peers.metadata()
+            )
+        except grpc.aio.AioRpcError as exc:
+            return f"reading the state on {node}: {exc.code().name} {exc.details() or ''}"
+        if reply.error:
+            return f"reading the state on {node}: {reply.error}"
+        return (reply.delivered_upto, tuple(reply.inbound_qos2), tuple(reply.outbound_pubrel))
 
     async def _fence(self, sid: SessionKey, node: str, epoch: int) -> ReplicaState | None:
         if node == self.node:
@@ -210,6 +292,7 @@ class Failover:
             (reply.last_epoch, reply.last_seq),
             (reply.base_epoch, reply.base_seq),
             reply.reason,
+            (reply.state_epoch, reply.state_stamp),
         )
 
     async def _copy(self, sid: SessionKey, source: str, epoch: int, state: ReplicaState) -> str:
@@ -219,8 +302,9 @@ class Failover:
             return f"no address known for the msgstore of {source}"
         entries: list[tuple[int, int, bytes]] = []
         after = state.base[1]
+        marks: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
         try:
-            while after < state.last[1]:
+            while True:  # at least once: the delivery state comes with the first page
                 reply: msgstore_pb2.FetchReply = await stub.Fetch(
                     msgstore_pb2.FetchRequest(key=_key(sid), epoch=epoch, after_seq=after),
                     timeout=self.rpc_timeout,
@@ -228,13 +312,22 @@ class Failover:
                 )
                 if reply.error:
                     return f"reading the copy on {source}: {reply.error}"
+                marks = (
+                    reply.delivered_upto,
+                    tuple(reply.inbound_qos2),
+                    tuple(reply.outbound_pubrel),
+                )
                 if not reply.entries:
                     break
                 entries.extend((e.epoch, e.seq, e.delivery) for e in reply.entries)
                 after = reply.entries[-1].seq
+                if after >= state.last[1]:
+                    break
         except grpc.aio.AioRpcError as exc:
             return f"reading the copy on {source}: {exc.code().name} {exc.details() or ''}"
-        job = ReplicaWrite(sid, epoch, state.base, tuple(entries), install=True)
+        job = ReplicaWrite(
+            sid, epoch, state.base, tuple(entries), install=True, state=marks, stamp=state.stamp
+        )
         done = await self.committer.submit(job)
         assert isinstance(done, ReplicaState)
         return "" if done.ok else f"copying from {source}: {done.reason}"

@@ -49,7 +49,7 @@ from services.registry.quorum.register import (
 )
 from services.registry.records import moved_command
 from services.registry.registrar import ClaimRefused, Registrar
-from services.registry.sessions import NEVER, Connect, PublishSession, Session
+from services.registry.sessions import NEVER, Connect, OpenQueue, PublishSession, Session
 
 
 class Unreachable(ClaimRefused):
@@ -97,6 +97,10 @@ class Claims:
             owner = previous.owner if previous is not None else "?"
             raise ClaimRefused(f"the session's queue is on {owner}, which is down")
         r.table.raise_epoch(value.epoch - 1)
+        if previous is not None and previous.live and previous.persistent and not c.clean_start:
+            r.keeping(c.key, holders(previous))  # the copies that hold its queue stay
+        else:
+            r.replica_sets.pop(c.key, None)
         await self._bring_here(c, previous, value)
         await self._record_replicas(c.key, value)
         return value.epoch
@@ -118,7 +122,11 @@ class Claims:
         local = r.table.get(c.key)
         if previous is None:
             return  # never claimed: whatever this node holds is the session
-        source = next((h for h in holders(previous) if h != node), None)
+        # The queue's primary (the first holder; the only one with R = 1): where the
+        # session's queue is, which may not be the owner when a claim whose CONNECT was
+        # refused took effect (the queue stays where it is until it is moved).
+        primary = holders(previous)[0]
+        source = primary if primary != node else None
         if not previous.live or (source is None and previous.owner == node):
             stale = local is not None and (not previous.live or local.epoch != previous.epoch)
             if stale:
@@ -127,19 +135,27 @@ class Claims:
         source = source or previous.owner
         resume = not c.clean_start and previous.persistent
         await self._evict_others(c.key, value.epoch, {node, source})
-        if source not in r.cluster().up:
-            if resume and self._replicated(previous) and self._copies_up(previous):
+        if resume and self._replicated(previous):
+            # Asked first even when seen down: a view that lags (a node just back) must
+            # not fence the copy of an owner that still serves the session.
+            seen_down = source not in r.cluster().up
+            try:
+                taken = await self._handover(c.key, source, value.epoch, resume, seen_down)
+            except Unreachable:
+                if not self._copies_up(previous):
+                    raise ClaimRefused(
+                        f"the session's queue is on {source}, which is down"
+                    ) from None
                 await self._fail_over(c, previous, value)
                 self.owe(source, c.key, value.epoch)  # its stale copy goes when it returns
                 return
-            if resume:
-                raise ClaimRefused(f"the session's queue is on {source}, which is down")
-            self.owe(source, c.key, value.epoch)  # nothing to keep; told when it returns
-        elif resume and self._replicated(previous):
-            taken = await self._handover(c.key, source, value.epoch, resume)
             if taken.present and taken.persistent:
                 await self._take_replicated(c, source, previous, value, taken)
                 return
+        elif source not in r.cluster().up:
+            if resume:
+                raise ClaimRefused(f"the session's queue is on {source}, which is down")
+            self.owe(source, c.key, value.epoch)  # nothing to keep; told when it returns
         elif resume:
             taken = await self._handover(c.key, source, value.epoch, resume)
             if taken.present and taken.persistent:
@@ -157,7 +173,7 @@ class Claims:
 
     def _copies_up(self, previous: Entry) -> bool:
         view = self.registrar.cluster()
-        return any(h in view.up for h in holders(previous) if h != previous.owner)
+        return any(h in view.up for h in holders(previous)[1:])
 
     async def _fail_over(self, c: Connect, previous: Entry, value: Entry) -> None:
         """The queue's primary is down and it has replicas: this node's msgstore becomes
@@ -228,7 +244,8 @@ class Claims:
         r = self.registrar
         node = r.settings.node
         async with r.claim_locks.hold(key):
-            change = FailOver(dead, node, r.replica_set(key) or (node,), r.table.epoch + 1)
+            wanted = r.keeping(key, copies) or (node,)
+            change = FailOver(dead, node, wanted, r.table.epoch + 1)
             outcome = await self.quorum.change(key, change)
             if not isinstance(outcome, Committed):
                 raise ClaimRefused("the session directory did not reach a majority")
@@ -252,6 +269,33 @@ class Claims:
             # This node's listeners re-own its subscriptions in gossip: publishes route here.
             r.hub.broadcast(moved_command(key, node))
             self.owe(dead, key, value.epoch)  # its stale copy goes when it returns
+            return True
+
+    async def heal(self, key: SessionKey, recorded: tuple[str, ...]) -> bool:
+        """The queue of ``key``, owned here, is kept on ``recorded`` (this node first),
+        some of which are down or too few: record a set of R members that are up, at
+        the same epoch, and let the msgstore feed the new ones (an install). The
+        survivors stay in it: whatever was committed is on a write quorum of the old
+        set, so on the survivors or this node, and a failover reads the new set. False
+        when there is nothing to do (the session moved or ended, or no member can take
+        a copy)."""
+        r = self.registrar
+        node = r.settings.node
+        wanted = r.keeping(key, recorded)
+        if wanted == recorded or len(wanted) < 2:
+            return False
+        async with r.claim_locks.hold(key), r.locks.hold(key):
+            s = r.table.get(key)
+            if s is None or s.node != node or not s.queued:
+                return False
+            moved = await self.quorum.change(key, Relocate(s.epoch, wanted))
+            if not isinstance(moved, Committed) or moved.value is None:
+                raise ClaimRefused("the session directory did not reach a majority")
+            if moved.value.epoch != s.epoch or moved.value.owner != node:
+                return False  # taken over meanwhile
+            policy = r.table.policy
+            limit = policy.max_online_len if s.online else policy.max_offline_messages
+            await r.queues.open(OpenQueue(key, s.epoch, clean=False, max_len=limit))
             return True
 
     async def _evict_others(self, key: SessionKey, epoch: int, skip: set[str]) -> None:
@@ -310,7 +354,9 @@ class Claims:
             return f"merge into {owner} failed: {exc.code().name} {exc.details() or ''}"
         return reply.error
 
-    async def _handover(self, key: SessionKey, source: str, epoch: int, resume: bool) -> Taken:
+    async def _handover(
+        self, key: SessionKey, source: str, epoch: int, resume: bool, brief: bool = False
+    ) -> Taken:
         req = quorum_pb2.HandoverRequest(
             key=codec.key_pb(key),
             epoch=epoch,
@@ -318,7 +364,7 @@ class Claims:
             phase=quorum_pb2.HANDOVER_TAKE,
             discard=not resume,
         )
-        reply = await self._call(source, req)
+        reply = await self._call(source, req, brief)
         return Taken(
             present=reply.present,
             persistent=reply.persistent,
@@ -379,7 +425,9 @@ class Claims:
             log.emit("session.handover_incomplete", "warning", client_id=key[1], reason=str(exc))
         r.table.adopt(adopted(key, node, value.epoch - 1, taken, r.clock()))
 
-    async def _call(self, source: str, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
+    async def _call(
+        self, source: str, req: quorum_pb2.HandoverRequest, brief: bool = False
+    ) -> quorum_pb2.HandoverReply:
         """A resumed session's handover may wait for the old connection to flush (up to
         ``registry.takeover_timeout``) and then read its queue; an eviction only closes a
         connection, and a node that cannot do that within ``registry.quorum_timeout`` is
@@ -388,7 +436,7 @@ class Claims:
         if stub is None:
             raise Unreachable(f"no address known for the registry of {source}")
         settings = self.registrar.settings
-        if req.discard:
+        if req.discard or brief:  # brief: a node seen down, asked in case it is not
             timeout = settings.quorum_timeout
         else:
             timeout = settings.takeover_timeout + settings.rpc_timeout

@@ -1,4 +1,5 @@
-"""Persistent sessions whose owner is down: a holder of each replicated queue takes it.
+"""Replicated queues that lost a node: a holder takes over what lost its primary, and a
+primary replaces a replica that went down.
 
 Why: with ``msgstore.replication_factor`` > 1 a queue outlives its node, but publishes
 for an offline session still route to the owner. While the owner is down and no client
@@ -16,6 +17,13 @@ first), then the msgstore's failover, and the session is adopted here offline wi
 subscriptions re-owned by this node's listeners. Two nodes that disagree about who is
 up both try; the register lets one win. A key settled (taken, or found moved) is not
 tried again until its member comes back.
+
+The same look finds the queues this node is the primary of whose replica set names the
+member that is down (:meth:`~services.registry.cluster.claims.Claims.heal`): the id's
+register records a set of members that are up, at the same epoch (the survivors stay in
+it, so whatever was committed is still on a write quorum of the copies a failover would
+read), and the msgstore's primary feeds the new member from its base (``install``,
+``queue.rereplicated``).
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ class Orphans:
     def __init__(self, claims: Claims) -> None:
         self.claims = claims
         self.settled: set[tuple[str, SessionKey]] = set()
+        self.heal_again = True  # a first look after start-up
+        self.seen_up: frozenset[str] = frozenset()
 
     async def run(self) -> None:
         r = self.claims.registrar
@@ -48,11 +58,36 @@ class Orphans:
             view = r.cluster()
             down = view.members - view.up
             self.settled = {(d, k) for d, k in self.settled if d in down}
-            if not down or not view.serving:
+            if not view.serving:
                 continue
             for dead in sorted(down):
                 with contextlib.suppress(BackendError):  # logged (rpc.failed); tried again
                     await self._adopt_from(dead, view)
+            if down or view.up != self.seen_up or self.heal_again:
+                self.seen_up, self.heal_again = view.up, False
+                with contextlib.suppress(BackendError):
+                    await self._heal(view)
+
+    async def _heal(self, view: ClusterView) -> None:
+        """The queues replicated from here that lost a replica, or have fewer than R
+        copies while more members are up, get a set of members that are up."""
+        r = self.claims.registrar
+        reply: msgstore_pb2.QueuesReply = await r.backends.orphans(r.settings.node)
+        want = r.settings.replication_factor
+        up = view.up & view.members
+        for q in reply.queues:
+            recorded = tuple(q.replicas)
+            full = len(recorded) >= min(want, len(up))
+            if full and all(m in up for m in recorded):
+                continue
+            key = (q.key.mountpoint, q.key.client_id)
+            try:
+                await self.claims.heal(key, recorded)
+            except (ClaimRefused, BackendError) as exc:
+                self.heal_again = True
+                log.emit(
+                    "session.handover_incomplete", "warning", client_id=key[1], reason=str(exc)
+                )
 
     async def _adopt_from(self, dead: str, view: ClusterView) -> None:
         r = self.claims.registrar
