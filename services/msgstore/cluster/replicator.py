@@ -238,11 +238,17 @@ class Replicator:
                     entry[0].set()
 
     async def _rebuild(self, sid: SessionKey) -> None:
+        # The old primary stays in ``queues``, paused, until the new one replaces it:
+        # appends that land meanwhile wait on it, and their waiters move over below
+        # (no await between taking them and installing the new primary).
+        stale = self.queues.get(sid)
+        if stale is not None:
+            stale.paused = True
         copy = await asyncio.to_thread(read_copy, self.store, sid)
+        if stale is not None:
+            await self._stop(stale)
         old = self.queues.pop(sid, None)
         waiters = old.waiters if old is not None else []
-        if old is not None:
-            await self._stop(old)
         state_waiters = old.state_waiters if old is not None else []
         if copy is None or not copy.replicas or copy.replicas[0] != self.node:
             for _, fut in (*waiters, *state_waiters):
@@ -278,6 +284,10 @@ class Replicator:
         for ev in qp.wake.values():
             ev.set()
         qp.settle()
+        if waiters and max(seq for seq, _ in waiters) > qp.primary.log.last()[1]:
+            # appended after the store was read: read it again
+            qp.paused = True
+            self.background.spawn(self.opened(sid), "replica-rebuild")
 
     def appended(self, sid: SessionKey, seqs: list[int]) -> asyncio.Future[None] | None:
         """Appends committed here at ``seqs`` (ascending); a future resolved once the

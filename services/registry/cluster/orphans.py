@@ -6,8 +6,10 @@ for an offline session still route to the owner. While the owner is down and no 
 resumes the session, nothing would ever move it, and the publishes would fail (DESIGN §4:
 "a publish arrives for a queue whose primary is down" is a failover too).
 
-Theory of operation. While a member is down, this node asks its msgstore every
-``RETRY`` seconds for the copies it holds whose primary is that member
+Theory of operation. While a member is down (seen so for ``GRACE`` seconds here, and
+not answering a quick call: a node that has just started sees the others down until
+it hears from them), this node asks its msgstore every ``RETRY`` seconds for the
+copies it holds whose primary is that member
 (``MsgStore.Orphans``). For each, the first holder in the queue's replica set, primary
 excluded, that this node sees up takes the session over
 (:meth:`~services.registry.cluster.claims.Claims.fail_over_offline`): a ``FailOver``
@@ -30,16 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+
+import grpc
 
 from services.common import log
 from services.common.cluster_view import ClusterView
 from services.common.session_key import SessionKey
-from services.pb import msgstore_pb2
+from services.pb import msgstore_pb2, quorum_pb2
 from services.registry.backends import BackendError
 from services.registry.cluster.claims import Claims
 from services.registry.registrar import ClaimRefused
 
 RETRY = 1.0  # s between two looks while a member is down
+GRACE = 3.0  # s a member must have been seen down here before its sessions are taken
 
 
 class Orphans:
@@ -47,6 +53,7 @@ class Orphans:
         self.claims = claims
         self.settled: set[tuple[str, SessionKey]] = set()
         self.heal_again = True  # a first look after start-up
+        self.down_since: dict[str, float] = {}  # member -> when first seen down here
         self.seen_up: frozenset[str] = frozenset()
 
     async def run(self) -> None:
@@ -60,13 +67,35 @@ class Orphans:
             self.settled = {(d, k) for d, k in self.settled if d in down}
             if not view.serving:
                 continue
+            now = time.monotonic()
+            for m in down:
+                self.down_since.setdefault(m, now)
+            self.down_since = {m: t for m, t in self.down_since.items() if m in down}
             for dead in sorted(down):
+                if now - self.down_since[dead] < GRACE or await self._answers(dead):
+                    continue  # a view that lags (this node just started) is not a death
                 with contextlib.suppress(BackendError):  # logged (rpc.failed); tried again
                     await self._adopt_from(dead, view)
             if down or view.up != self.seen_up or self.heal_again:
                 self.seen_up, self.heal_again = view.up, False
                 with contextlib.suppress(BackendError):
                     await self._heal(view)
+
+    async def _answers(self, node: str) -> bool:
+        """Whether ``node``'s registry answers after all (a quick call): a node seen
+        down that answers is not taken from, since its sessions are still served there."""
+        stub = self.claims.peers.stub(node)
+        if stub is None:
+            return False
+        try:
+            await stub.Keys(
+                quorum_pb2.KeysRequest(limit=1),
+                timeout=self.claims.registrar.settings.quorum_timeout,
+                metadata=self.claims.peers.metadata(),
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return True
 
     async def _heal(self, view: ClusterView) -> None:
         """The queues replicated from here that lost a replica, or have fewer than R
