@@ -487,6 +487,25 @@ def test_s13c_a_retained_message_cleared_on_one_side_stays_cleared(
 # -- S24: the forwarding link reset, then stalled --------------------------------------
 
 
+def _why_refused(net: NsCluster, refused: dict[int, int]) -> str:
+    """What a failed S24 run needs to be understood: the refused seqs by reason code,
+    and the nodes' events about dropped copies and failed writes on its topic."""
+    by_code: dict[int, list[int]] = {}
+    for seq, code in sorted(refused.items()):
+        by_code.setdefault(code, []).append(seq)
+    lines = [f"refused PUBACKs by reason code: {by_code}"]
+    wanted = ("message.dropped", "store.error", "forward.", "internal.error", "node.")
+    for node in net.nodes:
+        for path in sorted((node.dir / "log").glob("*.jsonl")):
+            events = [
+                line.strip()
+                for line in path.read_text(errors="replace").splitlines()
+                if any(f'"event": "{w}' in line or f'"event":"{w}' in line for w in wanted)
+            ]
+            lines += [f"ns{node.k} {path.name}: {e}" for e in events[-15:]]
+    return "\n".join(lines)
+
+
 def _forward_connections(src: NsNode, dst: NsNode) -> list[tuple[str, str]]:
     """(local, peer) addresses of the TCP connections from ``src``'s listener process to
     ``dst``'s cluster address: its forwarding stream (the listener dials no other peer)."""
@@ -589,7 +608,8 @@ def test_s24_a_forwarding_link_reset_then_stalled_delivers_everything_once_in_or
         publisher.join(2 * BOUND)
         wait_for(lambda: len(codes) == 1000, 4 * BOUND, 0.2, "1,000 PUBACKs")
         assert sorted(seq_of.values()) == list(range(1000))
-        assert {seq_of[mid] for mid, code in codes.items() if code != 0} == set()
+        refused = {seq_of[mid]: code for mid, code in codes.items() if code != 0}
+        assert not refused, _why_refused(net, refused)
         sent = [f"s24-pub:{seq}" for seq in range(1000)]
         for s in subs:
             got = [m for m in _drain_n(s, 1000) if m.payload != b"probe"]

@@ -52,6 +52,16 @@ from services.registry.registrar import ClaimRefused, Registrar
 from services.registry.sessions import NEVER, Connect, OpenQueue, PublishSession, Session
 
 
+def lost_attempt(previous: Entry, node: str, local_epoch: int | None) -> bool:
+    """Whether ``previous``, the value a claim by ``node`` was applied to, is that claim's
+    own earlier attempt: a round whose outcome this node did not learn (preempted, or
+    timed out) and that took effect all the same, so the retry found it. Then the
+    register names this node at an epoch its table never held, and the owner before it,
+    which still serves the session, was never told. A live entry of this node at the
+    epoch its table holds is the node's own session, not a lost attempt."""
+    return previous.live and previous.owner == node and previous.epoch != local_epoch
+
+
 class Unreachable(ClaimRefused):
     """The other registry did not answer (or its address is not known yet)."""
 
@@ -131,6 +141,11 @@ class Claims:
             stale = local is not None and (not previous.live or local.epoch != previous.epoch)
             if stale:
                 r.table.demote(c.key)  # released, or superseded while this node was away
+            if lost_attempt(previous, node, local.epoch if local is not None else None):
+                # The owner that attempt superseded is not known here: whoever it is,
+                # it ends its session (a clean start, or a queue the resume keeps
+                # where ``holders`` says, which is not here).
+                await self._evict_others(c.key, value.epoch, {node})
             return
         source = source or previous.owner
         resume = not c.clean_start and previous.persistent
@@ -250,12 +265,21 @@ class Claims:
             if not isinstance(outcome, Committed):
                 raise ClaimRefused("the session directory did not reach a majority")
             value, previous = outcome.value, outcome.previous
-            if value is None or value.owner != node or value == previous:
+            local = r.table.get(key)
+            if previous is not None and lost_attempt(
+                previous, node, local.epoch if local is not None else None
+            ):
+                # An earlier attempt took effect unseen: the retry left it as it was.
+                # The copies to read are the ones this failover was asked for.
+                value, source = previous, copies
+            elif value is None or value.owner != node or value == previous:
                 return False
-            assert previous is not None
+            else:
+                assert previous is not None
+                source = holders(previous)
             r.table.raise_epoch(value.epoch)
             try:
-                await r.backends.failover(key, value.epoch, holders(previous), 0)
+                await r.backends.failover(key, value.epoch, source, 0)
             except BackendError as exc:
                 raise ClaimRefused(f"the queue could not fail over: {exc.reason}") from None
             async with r.locks.hold(key):
