@@ -111,6 +111,22 @@ _SPECS: Final = [
         waited_s="float",
     ),
     _e(
+        "session.claimed",
+        "This node won a client id's register for a CONNECT (debug): what the register "
+        "held before and how the session came here (path: new, here, released, "
+        "lost_attempt, handover, handover_replicated, handover_absent, failover, "
+        "failover_absent, "
+        "evicted, owed).",
+        client_id="str",
+        mountpoint="str",
+        epoch="int",
+        previous_owner="str",
+        previous_epoch="int",
+        previous_state="str",
+        holders="list[str]",
+        path="str",
+    ),
+    _e(
         "session.handover",
         "This node handed a client id's session to the node its client reconnected to "
         "(the connection here was closed; a resumed session's queue goes with it).",

@@ -286,8 +286,9 @@ class Broker:
     ) -> None:
         """A copy another node forwarded: delivered or queued here by the rule of
         ``Router`` (never forwarded on: a session that moved again is the sender's to
-        find, through gossip). ``done`` hears when it is delivered or durable; a
-        congested subscriber holds the ``stream`` back as it would a local publisher."""
+        find, through gossip, and its copy is answered as failed). ``done`` hears when it
+        is delivered or durable; a congested subscriber holds the ``stream`` back as it
+        would a local publisher."""
         key = (item.mountpoint, item.client_id)
         msg = convert.message_from_pb(item.message)
         qos, retain, sub_ids = item.qos, item.retain, tuple(item.sub_ids)
@@ -299,8 +300,12 @@ class Broker:
             done(None)
             return
         if target is None and not self.router.lives_here(key):
+            # Moved on (a handover the sender had not heard of through gossip yet): it is
+            # the sender's to route, and a publisher waiting on this copy must not be
+            # acknowledged for a message no queue took (I1). It is answered as failed,
+            # so its publisher is refused and sends again.
             self.dropped(key[1], OutboundMessage(msg, qos, retain, sub_ids), "session_moved")
-            done(None)
+            done("session_moved" if qos else None)
             return
         if target is not None:
             target.appending += 1

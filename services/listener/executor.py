@@ -74,6 +74,7 @@ class ActionExecutor:
         "_ended",
         "_flush_scheduled",
         "_loop",
+        "_replayed_upto",
         "_resume_buffer",
         "_timers",
         "_wbuf",
@@ -105,6 +106,9 @@ class ActionExecutor:
         self.resuming = False
         self.appending = 0  # queue appends for this session the store has not answered yet
         self._resume_buffer: list[OutboundMessage] | None = None  # created when resuming
+        # The last seq the resume's read replayed: an append whose answer arrives after
+        # the replay, though the read already held it, is not delivered a second time.
+        self._replayed_upto = 0
         self._barrier: asyncio.Future[None] | None = None  # writes wait for a durable mark
         self._delivered_hi = 0  # highest queue seq written to the client
         self._delivered_sent = 0  # ... and reported to the store
@@ -125,11 +129,14 @@ class ActionExecutor:
     def deliver(self, out: OutboundMessage) -> None:
         if self.closed or self.session is None:
             return
-        if self.resuming and out.seq is not None:
-            if self._resume_buffer is None:
-                self._resume_buffer = []
-            self._resume_buffer.append(out)
-            return
+        if out.seq is not None:
+            if self.resuming:
+                if self._resume_buffer is None:
+                    self._resume_buffer = []
+                self._resume_buffer.append(out)
+                return
+            if out.seq <= self._replayed_upto:
+                return  # the replay sent it
         self.execute(self.session.deliver(out, time.time()))
 
     def registered(
@@ -174,9 +181,10 @@ class ActionExecutor:
     ) -> None:
         if self.session is None or self.closed:
             return
-        last = queued[-1].seq if queued else 0
+        last = (queued[-1].seq if queued else 0) or 0
+        self._replayed_upto = last
         held = self._resume_buffer or ()
-        buffered = [o for o in held if o.seq is not None and o.seq > (last or 0)]
+        buffered = [o for o in held if o.seq is not None and o.seq > last]
         self._resume_buffer = None
         self.resuming = False
         now = time.time()

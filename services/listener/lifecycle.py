@@ -273,15 +273,23 @@ class Lifecycle:
 
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
         """The registry waits for our Disconnected(taken_over) whether or not we still hold
-        that connection; a connection gone already is reported at once."""
+        that connection; a connection gone already is reported once what it wrote to the
+        store is answered."""
         sk = (key.mountpoint, key.client_id)
         conn = self.router.targets.get(sk)
         if conn is not None and conn.epoch == old_epoch and not conn.closed:
             conn.takeover()
+            return
+        if conn is None or conn.epoch < old_epoch:
+            self._remember_early(sk, old_epoch)
+        args = (sk, old_epoch, 0, "taken_over", True)
+        if self.store.settled():
+            self._report_ended(*args)
         else:
-            if conn is None or conn.epoch < old_epoch:
-                self._remember_early(sk, old_epoch)
-            self._report_ended(sk, old_epoch, 0, "taken_over", True)
+            # The connection's last acks and marks may still be on their way to the
+            # store (a write held for the replicas): the new owner's epoch would fence
+            # them, and its replay resend what was acknowledged, without DUP.
+            self.spawn(self._ended_later(self.store.flush(), [], *args), "ended")
 
     def _remember_early(self, key: SessionKey, epoch: int) -> None:
         now = time.monotonic()

@@ -101,6 +101,9 @@ class DeleteQueue:
     session: SessionKey
     epoch: int  # 0 = unfenced (expiry, admin)
     reason: str = ""
+    # A replicated queue's primary dropped it: only a replica's copy of that epoch or
+    # older goes, never a queue this node serves as primary (a newer one failed over).
+    replica_only: bool = False
 
     ops = 1
 

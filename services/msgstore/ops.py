@@ -318,6 +318,8 @@ def _delete(t: Txn, job: DeleteQueue) -> QueueState:
         return queue_state(
             t.txn, job.session, sess, meta, error=f"stale epoch {job.epoch} < {meta.epoch}"
         )
+    if job.replica_only and not meta.replica:
+        return queue_state(t.txn, job.session, sess, meta, error="not a replica's copy here")
     t.wipe(sess, meta)
     meta.exists = False
     meta.epoch = max(meta.epoch, job.epoch)

@@ -229,7 +229,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         )
         assert isinstance(state, QueueState)
         if state.deleted and self.cluster is not None:
-            await self.cluster.replicator.forget(state.session, state.epoch)
+            await self.cluster.replicator.forget(state.session)
         if state.deleted:
             mountpoint, client_id = state.session
             self.graveyard.bury(keys.session(mountpoint, client_id), state.epoch, time.monotonic())

@@ -155,18 +155,20 @@ class FetchReply(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., last_seq: _Optional[int] = ..., error: _Optional[str] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FailoverRequest(_message.Message):
-    __slots__ = ("key", "epoch", "copies", "replicas", "max_len")
+    __slots__ = ("key", "epoch", "copies", "replicas", "max_len", "uncertain")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COPIES_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    UNCERTAIN_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     copies: _containers.RepeatedScalarFieldContainer[str]
     replicas: _containers.RepeatedScalarFieldContainer[str]
     max_len: int
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., copies: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[str]] = ..., max_len: _Optional[int] = ...) -> None: ...
+    uncertain: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., copies: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[str]] = ..., max_len: _Optional[int] = ..., uncertain: _Optional[bool] = ...) -> None: ...
 
 class Append(_message.Message):
     __slots__ = ("key", "epoch", "delivery")

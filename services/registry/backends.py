@@ -128,17 +128,25 @@ class Backends:
         return reply
 
     async def failover(
-        self, key: SessionKey, epoch: int, copies: tuple[str, ...], max_len: int
+        self,
+        key: SessionKey,
+        epoch: int,
+        copies: tuple[str, ...],
+        max_len: int,
+        uncertain: bool = True,
     ) -> msgstore_pb2.QueueState:
         """Make this node the primary of ``key``'s replicated queue, whose primary is
         down: the msgstore reads the other copies (DESIGN §4). Refused (BackendError)
-        when too few of them answer."""
+        when too few of them answer. ``uncertain``: what the old primary sent to the
+        client is not known (it died with it), so every entry counts as sent once; a
+        live handover, which carries the exact delivery state after, passes False."""
         request = msgstore_pb2.FailoverRequest(
             key=pb_key(key),
             epoch=epoch,
             copies=list(copies),
             replicas=list(self.replica_set(key)),
             max_len=max_len,
+            uncertain=uncertain,
         )
         state: msgstore_pb2.QueueState = await self._call(
             "msgstore", "Failover", self.msgstore.Failover, request

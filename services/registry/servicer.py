@@ -96,7 +96,9 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         ok = await self.registrar.disconnected(
             from_pb_key(request.key),
             request.epoch,
-            request.session_expiry,
+            # A connection taken over sent no DISCONNECT that could change the expiry,
+            # and a listener answering for one it no longer holds does not know it.
+            None if request.taken_over else request.session_expiry,
             # A connection taken over leaves its subscriptions to the session's new
             # connection, on this node or another.
             drop_subs=not request.no_subscriptions and not request.taken_over,

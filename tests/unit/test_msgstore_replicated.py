@@ -209,6 +209,30 @@ def test_deleting_a_replicated_queue_forgets_its_record(kind: str, tmp_path: Pat
     assert read_copy(a.store, C1) is None and replicated_here(a.store, "a") == []
 
 
+def test_a_primarys_drop_takes_a_replicas_copy_but_never_a_newer_primary(
+    kind: str, tmp_path: Path
+) -> None:
+    """Found by the fault run: an old primary, told late that its session moved, deleted
+    its queue and dropped its replicas' copies at the new owner's epoch, which deleted
+    the queue the new owner had failed over onto one of them."""
+    a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
+    a.open(1, ("a", "b"))
+    a.append(b"A")
+    copy = read_copy(a.store, C1)
+    assert copy is not None
+    sync(Primary("a", 1, copy.log, copy.replicas, w=2), a, b)
+    drop = DeleteQueue(C1, 1, "deleted on its primary", replica_only=True)
+    (state,) = b.store.write_group([drop])
+    assert isinstance(state, QueueState) and state.deleted  # a replica's copy goes
+    sync(Primary("a", 1, copy.log, copy.replicas, w=2), a, b)
+    assert b.job(FenceQueue(C1, 2)).ok
+    b.open(2, ("b", "a"))  # failed over: b is the primary at epoch 2
+    for epoch in (1, 2):
+        (state,) = b.store.write_group([DeleteQueue(C1, epoch, "late drop", replica_only=True)])
+        assert isinstance(state, QueueState) and not state.deleted and state.error, epoch
+    assert b.messages() == [b"A"]
+
+
 def test_an_open_without_replicas_keeps_the_set_and_one_with_a_single_node_ends_it(
     kind: str, tmp_path: Path
 ) -> None:

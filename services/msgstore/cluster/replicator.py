@@ -224,11 +224,14 @@ class Replicator:
             if not entry[1]:
                 del self._locks[sid]
 
-    async def opened(self, sid: SessionKey) -> None:
-        """Rebuild ``sid``'s primary from the store (after an Open or a failover)."""
+    async def opened(self, sid: SessionKey, continuing: bool = True) -> None:
+        """Rebuild ``sid``'s primary from the store (after an Open or a failover).
+        ``continuing``: this node stays the primary (an Open), so the entries it wrote
+        under its earlier epochs count as its own (``Primary.floor``); False after a
+        failover, which may have chosen another history."""
         try:
             async with self._exclusive(sid):
-                await self._rebuild(sid)
+                await self._rebuild(sid, continuing)
         finally:
             entry = self.rebuilding.get(sid)
             if entry is not None:
@@ -237,7 +240,7 @@ class Replicator:
                     del self.rebuilding[sid]
                     entry[0].set()
 
-    async def _rebuild(self, sid: SessionKey) -> None:
+    async def _rebuild(self, sid: SessionKey, continuing: bool) -> None:
         # The old primary stays in ``queues``, paused, until the new one replaces it:
         # appends that land meanwhile wait on it, and their waiters move over below
         # (no await between taking them and installing the new primary).
@@ -258,9 +261,9 @@ class Replicator:
         # W as configured, even when fewer copies are left: a set healed down to fewer
         # than W members commits nothing (its publishers are refused) until it grows.
         w = self.w
-        qp = QueuePrimary(
-            sid, Primary(self.node, copy.log.epoch, copy.log, copy.replicas, w), copy.max_len
-        )
+        floor = old.primary.floor if continuing and old is not None else None
+        primary = Primary(self.node, copy.log.epoch, copy.log, copy.replicas, w, floor)
+        qp = QueuePrimary(sid, primary, copy.max_len)
         qp.waiters = waiters
         if old is not None:
             qp.joining = (set(qp.replicas) - set(old.replicas)) | (old.joining & set(qp.replicas))
@@ -344,7 +347,7 @@ class Replicator:
             qp.fail("superseded by a newer primary")
             self.background.spawn(self._stop(qp), "replica-stop")
 
-    async def forget(self, sid: SessionKey, epoch: int) -> None:
+    async def forget(self, sid: SessionKey) -> None:
         """The queue was deleted here: if this node was its primary, its replicas delete
         their copies too (best effort: a replica that is down keeps its copy)."""
         async with self._exclusive(sid):
@@ -352,10 +355,11 @@ class Replicator:
         if qp is None:
             return
         self.background.spawn(self._stop(qp), "replica-stop")
+        # At the epoch of this primary's own log, not the delete's: a delete that a
+        # newer owner asked for carries that owner's epoch, which its own queue (failed
+        # over onto a replica here, perhaps) holds too.
         for replica in qp.replicas:
-            self.background.spawn(
-                self._drop(sid, replica, max(epoch, qp.primary.epoch)), "replica-drop"
-            )
+            self.background.spawn(self._drop(sid, replica, qp.primary.epoch), "replica-drop")
 
     async def _drop(self, sid: SessionKey, replica: str, epoch: int) -> None:
         stub = self.peers.stub(replica)

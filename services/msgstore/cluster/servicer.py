@@ -99,7 +99,8 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
     ) -> msgstore_pb2.FenceReply:
         sid = session_key(request.key)
         reason = "deleted on its primary"
-        state = await self.committer.submit(DeleteQueue(sid, request.epoch, reason))
+        job = DeleteQueue(sid, request.epoch, reason, replica_only=True)
+        state = await self.committer.submit(job)
         assert isinstance(state, QueueState)
         if state.deleted:
             log.emit("queue.deleted", client_id=sid[1], mountpoint=sid[0], reason=reason)
@@ -215,6 +216,10 @@ class Failover:
         if isinstance(marks, str):
             failover_event(sid, epoch, "refused", newest, self.node, 0, marks)
             return state_to_pb(QueueState(sid, error=marks))
+        if marks is not None and request.uncertain:
+            # The delivered mark reaches the copies lazily: whatever the queue holds may
+            # have gone out from the dead primary, so it goes out again with DUP set.
+            marks = (max(marks[0], read[chosen].last[1]), marks[1], marks[2])
         if chosen != self.node and read[chosen].exists:
             error = await self._copy(sid, chosen, epoch, read[chosen])
             if error:
@@ -235,7 +240,7 @@ class Failover:
         try:
             state = await self.committer.submit(job)
         finally:
-            await self.replicator.opened(sid)  # also ends the pause
+            await self.replicator.opened(sid, continuing=False)  # also ends the pause
         assert isinstance(state, QueueState)
         kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept"
         failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)

@@ -78,7 +78,7 @@ async def start(settings: MsgstoreSettings, store: QueueStore, committer: Commit
         asyncio.create_task(_advertise(gossip, peers.record(time.time_ns())), name="msgstore-ad"),
     ]
     for sid in await asyncio.to_thread(replicated_here, store, settings.nodename):
-        await replicator.opened(sid)
+        await replicator.opened(sid, continuing=False)
     return ClusterSide(server, peers, replicator, failover, tasks, gossip_channel)
 
 

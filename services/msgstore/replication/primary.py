@@ -20,6 +20,13 @@ it (Raft's figure 8; ``tests/unit/test_msgstore_replication.py`` plays it out). 
 primary first writes a **barrier** (an entry of its epoch that carries no message):
 once the barrier is committed, so is everything the failover chose to keep.
 
+The exception is ``floor``: a node that stays the primary while its session's epoch
+moves on (the client reconnected to it: an Open, no failover) wrote the entries of its
+earlier epochs itself, and no other primary came between, or it would have been fenced
+and replaced. Entries from ``floor`` on are counted as its own. Without it, an append
+that reached the store just before such an Open waited for a later append to commit it,
+and its result was held (failing after ``msgstore.failover_timeout`` when none came).
+
 Only committed entries may be dropped from the primary's copy (:mod:`.log`: garbage is
 the same on every copy). A primary restarted at its own epoch is constructed again from
 its copy: it knows nothing of its replicas (nor what it committed) and finds out as a
@@ -44,12 +51,20 @@ MAX_BATCH = 512  # entries per append
 
 class Primary:
     def __init__(
-        self, node: str, epoch: int, log: ReplicaLog, replicas: Iterable[str], w: int
+        self,
+        node: str,
+        epoch: int,
+        log: ReplicaLog,
+        replicas: Iterable[str],
+        w: int,
+        floor: int | None = None,
     ) -> None:
         if not log.fence(epoch):
             raise ValueError(f"epoch {epoch} is older than the log's {log.epoch}")
         self.node = node
         self.epoch = epoch
+        # The first epoch of this node's unbroken tenure as the queue's primary.
+        self.floor = epoch if floor is None else min(floor, epoch)
         self.log = log
         self.w = w
         self.replicas = [r for r in replicas if r != node]
@@ -125,5 +140,5 @@ class Primary:
             return
         candidate = seqs[self.w - 1]
         held = self.log.at(candidate)
-        if candidate > self.committed and held is not None and held[0] == self.epoch:
+        if candidate > self.committed and held is not None and held[0] >= self.floor:
             self.committed = candidate

@@ -111,7 +111,19 @@ class Claims:
             r.keeping(c.key, holders(previous))  # the copies that hold its queue stay
         else:
             r.replica_sets.pop(c.key, None)
-        await self._bring_here(c, previous, value)
+        path = await self._bring_here(c, previous, value)
+        log.emit(
+            "session.claimed",
+            "debug",
+            client_id=c.key[1],
+            mountpoint=c.key[0],
+            epoch=value.epoch,
+            previous_owner=previous.owner if previous is not None else "",
+            previous_epoch=previous.epoch if previous is not None else 0,
+            previous_state=previous.state if previous is not None else "",
+            holders=list(holders(previous)) if previous is not None else [],
+            path=path,
+        )
         await self._record_replicas(c.key, value)
         return value.epoch
 
@@ -125,13 +137,14 @@ class Claims:
         if not isinstance(moved, Committed) or moved.value is None:
             raise ClaimRefused("the session directory did not record the queue's replicas")
 
-    async def _bring_here(self, c: Connect, previous: Entry | None, value: Entry) -> None:
-        """Make the local table hold what the id's register says, before the plan."""
+    async def _bring_here(self, c: Connect, previous: Entry | None, value: Entry) -> str:
+        """Make the local table hold what the id's register says, before the plan; how
+        the session came here (the ``session.claimed`` event's ``path``)."""
         r = self.registrar
         node = r.settings.node
         local = r.table.get(c.key)
         if previous is None:
-            return  # never claimed: whatever this node holds is the session
+            return "new"  # never claimed: whatever this node holds is the session
         # The queue's primary (the first holder; the only one with R = 1): where the
         # session's queue is, which may not be the owner when a claim whose CONNECT was
         # refused took effect (the queue stays where it is until it is moved).
@@ -146,7 +159,8 @@ class Claims:
                 # it ends its session (a clean start, or a queue the resume keeps
                 # where ``holders`` says, which is not here).
                 await self._evict_others(c.key, value.epoch, {node})
-            return
+                return "lost_attempt"
+            return "here" if previous.live else "released"
         source = source or previous.owner
         resume = not c.clean_start and previous.persistent
         await self._evict_others(c.key, value.epoch, {node, source})
@@ -163,23 +177,36 @@ class Claims:
                     ) from None
                 await self._fail_over(c, previous, value)
                 self.owe(source, c.key, value.epoch)  # its stale copy goes when it returns
-                return
+                return "failover"
             if taken.present and taken.persistent:
                 await self._take_replicated(c, source, previous, value, taken)
-                return
+                return "handover_replicated"
+            if not taken.present:
+                # The register names a live persistent session whose primary holds no
+                # record of it (a claim there took effect, then its CONNECT failed):
+                # the copies hold its queue, so the session comes back from them.
+                await self._fail_over(c, previous, value)
+                return "failover_absent"
+            path = "handover_absent"
         elif source not in r.cluster().up:
             if resume:
                 raise ClaimRefused(f"the session's queue is on {source}, which is down")
             self.owe(source, c.key, value.epoch)  # nothing to keep; told when it returns
+            path = "owed"
         elif resume:
             taken = await self._handover(c.key, source, value.epoch, resume)
             if taken.present and taken.persistent:
                 await self._move_queue(c.key, source, value, taken, c.route or node)
-                return  # adopted: the local copy is replaced
+                return "handover"  # adopted: the local copy is replaced
+            path = "handover_absent"
         elif not await self.evict(source, c.key, value.epoch):
             self.owe(source, c.key, value.epoch)  # paused or cut off: told when it answers
+            path = "owed"
+        else:
+            path = "evicted"
         if local is not None:
             r.table.demote(c.key)  # another node owned the id since this copy
+        return path
 
     def _replicated(self, previous: Entry) -> bool:
         """Whether the queue is replicated here and has copies beyond its primary."""
@@ -215,7 +242,7 @@ class Claims:
         r = self.registrar
         node = r.settings.node
         copies = tuple(dict.fromkeys((source, *holders(previous))))
-        await self._queue_from_copies(c.key, value.epoch, copies)
+        await self._queue_from_copies(c.key, value.epoch, copies, uncertain=False)
         try:
             await r.backends.carry_marks(
                 c.key, value.epoch, taken.inbound_qos2, taken.delivered_upto,
@@ -242,10 +269,10 @@ class Claims:
         r.table.adopt(adopted(c.key, node, value.epoch - 1, taken, r.clock()))
 
     async def _queue_from_copies(
-        self, key: SessionKey, epoch: int, copies: tuple[str, ...]
+        self, key: SessionKey, epoch: int, copies: tuple[str, ...], uncertain: bool = True
     ) -> None:
         try:
-            await self.registrar.backends.failover(key, epoch, copies, 0)
+            await self.registrar.backends.failover(key, epoch, copies, 0, uncertain)
         except BackendError as exc:
             raise ClaimRefused(f"the queue could not fail over: {exc.reason}") from None
 
