@@ -327,6 +327,11 @@ class Broker:
             reason="no_shared_member",
         )
 
+    def persistent(self, key: SessionKey) -> bool:
+        """Outcomes: whether ``key``'s subscriptions say its session is persistent."""
+        opts = self.router.trie.options_of(key)
+        return opts is not None and opts.persistent
+
     def store_failed(self, reason: str) -> None:
         self.metrics.store_errors.inc()
         log.emit("store.error", "error", op="append", reason=reason)

@@ -30,6 +30,7 @@ from services.listener.store_client import UNAVAILABLE
 from services.pb import msgstore_pb2
 
 _OK: Final = msgstore_pb2.APPEND_OK
+_NO_QUEUE: Final = msgstore_pb2.APPEND_NO_QUEUE
 _QUEUE_FULL: Final = msgstore_pb2.APPEND_QUEUE_FULL
 _STORE_ERROR: Final = msgstore_pb2.APPEND_STORE_ERROR
 _STALE_EPOCH: Final = msgstore_pb2.APPEND_STALE_EPOCH
@@ -44,6 +45,10 @@ class Outcomes(Protocol):
     def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None: ...
 
     def store_failed(self, reason: str) -> None: ...
+
+    def persistent(self, key: SessionKey) -> bool:
+        """Whether ``key``'s session outlives its connections (its subscriptions say)."""
+        ...
 
 
 class Waiter(Protocol):
@@ -71,7 +76,10 @@ class Queued:
     ``done`` is the store client's callback: an online session receives the copy once
     it is durable (with its ``seq``), then the publisher's countdown moves. A full
     session queue (max_offline_messages) is a deliberate, logged drop, not a failure;
-    NO_QUEUE is an offline, non-persistent session not yet cleaned up: nothing lost.
+    NO_QUEUE is an offline, non-persistent session not yet cleaned up: nothing lost. For
+    a persistent session it means the session left this node (a handover this
+    listener's routes have not caught up with): a failure, so that the publisher sends
+    again rather than being acknowledged for a message no queue took.
     """
 
     __slots__ = ("broker", "conn", "countdown", "msg", "qos", "retain", "sid", "sub_ids")
@@ -113,6 +121,9 @@ class Queued:
             failure = "APPEND_STALE_EPOCH"
         elif status == UNAVAILABLE:
             failure = error or "store unavailable"
+        elif status == _NO_QUEUE and self.qos and self.broker.persistent(self.sid):
+            self.broker.dropped(self.sid[1], self._out(), "session_moved")
+            failure = "APPEND_NO_QUEUE"
         if self.countdown is not None:
             self.countdown.step(failure)
 

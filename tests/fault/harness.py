@@ -73,7 +73,11 @@ from tests.fault.checker import (
 )
 
 BIN = Path(sys.executable).parent
-KINDS = ("kill", "pause", "partition")
+# partition: node k cut off from both others; bridge: k cut off from the next node
+# only, the third still sees both (asymmetric); oneway: k's packets to the others are
+# dropped, theirs still reach it.
+KINDS = ("kill", "pause", "partition", "bridge", "oneway")
+NETWORK_KINDS = ("partition", "bridge", "oneway")
 READY_TIMEOUT = 120.0  # s for the cluster to be whole again after a fault (generous: 2 cores)
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 20.0  # s after SIGTERM before a node's group is SIGKILLed
@@ -209,8 +213,27 @@ class Netns:
         """Blackhole everything between node k and the others on the cluster net."""
         for j in range(1, self.count + 1):
             if j != k:
-                _sh("ip", "route", "add", "blackhole", f"{self.cluster_ip(j)}/32", ns=self.ns(k))
-                _sh("ip", "route", "add", "blackhole", f"{self.cluster_ip(k)}/32", ns=self.ns(j))
+                self.cut(k, j)
+                self.cut(j, k)
+
+    def cut(self, frm: int, to: int) -> None:
+        """Drop what node ``frm`` sends to node ``to`` on the cluster net (one way)."""
+        _sh("ip", "route", "add", "blackhole", f"{self.cluster_ip(to)}/32", ns=self.ns(frm))
+
+    def inject(self, kind: str, k: int) -> None:
+        """One of :data:`NETWORK_KINDS` around node ``k``."""
+        other = k % self.count + 1
+        if kind == "partition":
+            self.isolate(k)
+        elif kind == "bridge":
+            self.cut(k, other)
+            self.cut(other, k)
+        elif kind == "oneway":
+            for j in range(1, self.count + 1):
+                if j != k:
+                    self.cut(k, j)
+        else:
+            raise ValueError(kind)
 
     def heal(self) -> None:
         for k in range(1, self.count + 1):
@@ -474,9 +497,9 @@ class Cluster:
             self.pause(node)
             time.sleep(fault.hold)
             self.resume(node)
-        elif fault.kind == "partition":
+        elif fault.kind in NETWORK_KINDS:
             assert self.net is not None, "partitions need network namespaces"
-            self.net.isolate(node.k)
+            self.net.inject(fault.kind, node.k)
             time.sleep(fault.hold)
             self.net.heal()
         else:
@@ -1016,12 +1039,15 @@ def run(opts: Options, log: Callable[[str], None] = lambda line: None) -> Result
     started is stopped before it returns, whatever happens."""
     started, t0 = time.time(), time.monotonic()
     run_id = f"{opts.seed}x{random.getrandbits(24):06x}"
-    if "partition" in opts.kinds and (not opts.netns or netns_unavailable()):
-        kinds = tuple(k for k in opts.kinds if k != "partition") or ("kill", "pause")
+    network = set(NETWORK_KINDS) & set(opts.kinds)
+    if network and (not opts.netns or netns_unavailable()):
+        kinds = tuple(k for k in opts.kinds if k not in network) or ("kill", "pause")
     else:
         kinds = opts.kinds
     faults_planned = schedule(opts.seed, opts.events, kinds, opts.hold, opts.gap)
-    cluster = Cluster(opts.base_dir, netns=opts.netns and "partition" in kinds, sets=opts.sets)
+    cluster = Cluster(
+        opts.base_dir, netns=opts.netns and bool(network & set(kinds)), sets=opts.sets
+    )
     rng = random.Random(opts.seed)
     stop_pubs, stop_subs = threading.Event(), threading.Event()
     pubs: list[Publisher] = []

@@ -1,9 +1,10 @@
 """The randomized fault test of replicated offline queues, short enough for CI: 3 nodes,
 R = 3, W = 2, publishers and persistent QoS 1/QoS 2 subscribers spread over the nodes, and
-at least 30 faults (SIGKILL, SIGSTOP, partition: one node at a time, then back). Every
-acknowledged publish must reach every subscriber of its topic, in publish order, with
-duplicates only where QoS 1 allows them (``tests/fault/checker.py`` says exactly what
-counts). ``python -m tests.fault.run`` runs the same thing for longer.
+at least 30 faults (SIGKILL, SIGSTOP, a node's cluster link cut; one node at a time, then
+back). Every acknowledged publish must reach every subscriber of
+its topic, in publish order, with duplicates only where QoS 1 allows them
+(``tests/fault/checker.py`` says exactly what counts), and once quiet every queue's
+copies must agree. ``python -m tests.fault.run`` runs the same thing for longer.
 
 The faults are a function of the seed (``TERNMQ_FAULT_SEED``, default below); a failure
 names it and the directory holding the nodes' logs, the history and the evidence.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault.harness import Options, run, schedule
+from tests.fault.harness import KINDS, Options, run, schedule
 
 pytestmark = [
     pytest.mark.integration,
@@ -28,13 +29,17 @@ pytestmark = [
 
 SEED = int(os.environ.get("TERNMQ_FAULT_SEED", "20261126"))
 EVENTS = 30
+# The asymmetric kinds ("bridge", "oneway") still find lost messages around a handover
+# (docs/fault-testing.md); ``python -m tests.fault.run`` runs them, CI does not yet.
+CI_KINDS = ("kill", "pause", "partition")
 
 
 def test_the_schedule_is_a_function_of_the_seed() -> None:
     assert schedule(SEED, EVENTS) == schedule(SEED, EVENTS)
     assert schedule(SEED, EVENTS) != schedule(SEED + 1, EVENTS)
-    faults = schedule(SEED, EVENTS)
-    assert {f.kind for f in faults} == {"kill", "pause", "partition"}
+    assert {f.kind for f in schedule(SEED, EVENTS)} == set(KINDS)
+    faults = schedule(SEED, EVENTS, CI_KINDS)
+    assert {f.kind for f in faults} == set(CI_KINDS)
     assert {f.node for f in faults} == {1, 2, 3}
 
 
@@ -43,6 +48,7 @@ def test_acknowledged_messages_survive_random_faults(tmp_path: Path) -> None:
         base_dir=tmp_path / "fault",
         seed=SEED,
         events=EVENTS,
+        kinds=CI_KINDS,
         hold=(1.0, 3.0),
         gap=(0.3, 1.0),
         max_seconds=420.0,  # a bound for a slow machine; the test then fails on EVENTS

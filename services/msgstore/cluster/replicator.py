@@ -59,6 +59,7 @@ class QueuePrimary:
         "notes",
         "paused",
         "primary",
+        "pubrel_sent",
         "replicas",
         "sid",
         "state_acked",
@@ -90,6 +91,10 @@ class QueuePrimary:
         self.state_told = {r: 0 for r in self.replicas}
         self.state_acked = {r: 0 for r in self.replicas}
         self.state_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # PUBREL marks the replicas were sent: one the client has since completed
+        # (PUBCOMP) is still sent until the acknowledged index passes its seq (see
+        # ``_send``).
+        self.pubrel_sent: set[int] = set()
         self.tasks: list[asyncio.Task[None]] = []
 
     def fail(self, why: str) -> None:
@@ -269,6 +274,7 @@ class Replicator:
             qp.joining = (set(qp.replicas) - set(old.replicas)) | (old.joining & set(qp.replicas))
             qp.state_version = old.state_version + 1  # sent again to every replica
             qp.state_stamp = old.state_stamp
+            qp.pubrel_sent = old.pubrel_sent
             qp.state_waiters = old.state_waiters
         self.queues[sid] = qp
         if old is None or old.replicas != qp.replicas or old.primary.epoch != qp.primary.epoch:
@@ -464,7 +470,15 @@ class Replicator:
             pb.has_state = True
             pb.delivered_upto = state.delivered_upto
             pb.inbound_qos2.extend(state.inbound_qos2)
-            pb.outbound_pubrel.extend(state.outbound_pubrel)
+            # A QoS 2 delivery the client completed leaves the queue with its PUBREL mark,
+            # but its removal reaches the replicas only with the acknowledged index, which
+            # waits for every earlier seq. Until then the mark stays on the copies: a
+            # failover in between resends its PUBREL, not the PUBLISH, which the client
+            # would take as a new message (exactly once).
+            pubrel = set(state.outbound_pubrel)
+            pubrel |= {seq for seq in qp.pubrel_sent if seq > qp.acked}
+            qp.pubrel_sent = pubrel
+            pb.outbound_pubrel.extend(sorted(pubrel))
             pb.state_epoch, pb.state_stamp = qp.state_stamp
         try:
             reply: msgstore_pb2.ReplicaReply = await stub.Append(
