@@ -9,21 +9,14 @@ nobody can read, not raise in the event loop.
 from __future__ import annotations
 
 import asyncio
-import functools
 import socket
 from typing import Any
 
 import uvloop
 
-from services.common.config import load
-from services.common.metrics import MetricsRegistry
-from services.listener.config import tcp_listeners
 from services.listener.connection import Connection
-from services.listener.metrics import ListenerMetrics
 from services.listener.session.actions import Ended, Register
-from services.listener.session.auth import AllowAll
-from services.listener.session.limits import SessionLimits
-from services.node.schema import schema
+from tests.support.connection import served
 
 CONNECT = b"\x10\x0f\x00\x04MQTT\x04\x02\x00\x3c\x00\x03c-1"
 
@@ -51,17 +44,8 @@ async def _lost_before_flush() -> list[dict[str, Any]]:
     loop = asyncio.get_running_loop()
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-    config = load(schema(), None)
-    listener = tcp_listeners(config)[0]
-    limits = SessionLimits.from_config(config, listener.mountpoint, listener.allowed_versions)
     broker: Any = FakeBroker()
-    metrics = ListenerMetrics(MetricsRegistry())
-    factory = functools.partial(Connection, broker, listener, limits, AllowAll(), metrics, False)
-    server = await loop.create_server(factory, "127.0.0.1", 0)
-    client = socket.socket()
-    client.setblocking(False)
-    try:
-        await loop.sock_connect(client, server.sockets[0].getsockname())
+    async with served(broker) as client:
         await loop.sock_sendall(client, CONNECT)
         assert await asyncio.wait_for(loop.sock_recv(client, 4), 5) == b"\x20\x02\x00\x00"
         conn = broker.conns[0]
@@ -79,10 +63,6 @@ async def _lost_before_flush() -> list[dict[str, Any]]:
         barrier.set_result(None)  # the mark is durable: the held writes are flushed
         await asyncio.sleep(0.05)
         return errors
-    finally:
-        client.close()
-        server.close()
-        await server.wait_closed()
 
 
 def test_a_write_to_a_lost_connection_is_dropped_not_raised() -> None:

@@ -9,22 +9,15 @@ entry a second time, as a new PUBLISH without DUP (a QoS 2 message twice).
 from __future__ import annotations
 
 import asyncio
-import functools
-import socket
 from typing import Any
 
 import uvloop
 
-from services.common.config import load
 from services.common.metrics import MetricsRegistry
-from services.listener.config import tcp_listeners
 from services.listener.connection import Connection
-from services.listener.metrics import ListenerMetrics
 from services.listener.session.actions import Ended, Register
-from services.listener.session.auth import AllowAll
-from services.listener.session.limits import SessionLimits
 from services.listener.session.messages import Message, OutboundMessage
-from services.node.schema import schema
+from tests.support.connection import served
 
 # 3.1.1 CONNECT, clean session off, client id "c-1"
 CONNECT = b"\x10\x0f\x00\x04MQTT\x04\x00\x00\x3c\x00\x03c-1"
@@ -80,17 +73,8 @@ def _publish_ids(data: bytes) -> list[int]:
 
 async def _replay_then_late_answer() -> list[int]:
     loop = asyncio.get_running_loop()
-    config = load(schema(), None)
-    listener = tcp_listeners(config)[0]
-    limits = SessionLimits.from_config(config, listener.mountpoint, listener.allowed_versions)
     broker: Any = FakeBroker()
-    metrics = ListenerMetrics(MetricsRegistry())
-    factory = functools.partial(Connection, broker, listener, limits, AllowAll(), metrics, False)
-    server = await loop.create_server(factory, "127.0.0.1", 0)
-    client = socket.socket()
-    client.setblocking(False)
-    try:
-        await loop.sock_connect(client, server.sockets[0].getsockname())
+    async with served(broker) as client:
         await loop.sock_sendall(client, CONNECT)
         assert await asyncio.wait_for(loop.sock_recv(client, 4), 5) == b"\x20\x02\x01\x00"
         conn = broker.conns[0]
@@ -111,10 +95,6 @@ async def _replay_then_late_answer() -> list[int]:
         except TimeoutError:
             pass
         return _publish_ids(received)
-    finally:
-        client.close()
-        server.close()
-        await server.wait_closed()
 
 
 def test_each_entry_is_delivered_once_across_the_replay() -> None:
