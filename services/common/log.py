@@ -96,6 +96,12 @@ def format_line(level: str, event: str, fields: dict[str, Any], t: float | None 
     return head + "," + dumps(fields)[1:] + "\n"
 
 
+def enabled(level: str) -> bool:
+    """Whether a line at ``level`` would be written: lets a caller skip building the
+    fields of an event nobody reads (a debug event on a per-connection path)."""
+    return _LEVELS[level] >= _state.level
+
+
 def emit(event: str, level: str = "info", **fields: Any) -> None:
     """Write one event line without structlog's processor chain (hot paths)."""
     if _LEVELS[level] < _state.level:

@@ -117,6 +117,13 @@ def sync(primary: Primary, src: Node, dst: Node) -> ReplicaState:
     raise AssertionError(f"{dst.name} never caught up: {state}")
 
 
+def replicate(src: Node, dst: Node) -> ReplicaState:
+    """A primary at ``src``'s own epoch, built from its copy, feeds ``dst`` all of it."""
+    copy = read_copy(src.store, C1)
+    assert copy is not None
+    return sync(Primary(src.name, copy.log.epoch, copy.log, copy.replicas, w=2), src, dst)
+
+
 def test_a_copy_holds_the_primarys_messages_at_their_positions(kind: str, tmp_path: Path) -> None:
     a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
     a.open(1, ("a", "b"))
@@ -188,9 +195,7 @@ def test_an_install_replaces_a_copy_that_cannot_match(kind: str, tmp_path: Path)
     a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
     a.open(1, ("a", "b"))
     a.append(b"A", b"B")
-    copy = read_copy(a.store, C1)
-    assert copy is not None
-    sync(Primary("a", 1, copy.log, copy.replicas, w=2), a, b)
+    replicate(a, b)
     a.open(2, ("a", "b"), clean=True)
     a.append(b"N")
     copy = read_copy(a.store, C1)
@@ -218,13 +223,11 @@ def test_a_primarys_drop_takes_a_replicas_copy_but_never_a_newer_primary(
     a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
     a.open(1, ("a", "b"))
     a.append(b"A")
-    copy = read_copy(a.store, C1)
-    assert copy is not None
-    sync(Primary("a", 1, copy.log, copy.replicas, w=2), a, b)
+    replicate(a, b)
     drop = DeleteQueue(C1, 1, "deleted on its primary", replica_only=True)
     (state,) = b.store.write_group([drop])
     assert isinstance(state, QueueState) and state.deleted  # a replica's copy goes
-    sync(Primary("a", 1, copy.log, copy.replicas, w=2), a, b)
+    replicate(a, b)
     assert b.job(FenceQueue(C1, 2)).ok
     b.open(2, ("b", "a"))  # failed over: b is the primary at epoch 2
     for epoch in (1, 2):
@@ -254,9 +257,7 @@ def test_a_copy_fed_by_another_primary_refuses_this_nodes_own_appends(
     a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
     a.open(1, ("a", "b"))
     a.append(b"A")
-    copy = read_copy(a.store, C1)
-    assert copy is not None
-    sync(Primary("a", 1, copy.log, copy.replicas, w=2), a, b)
+    replicate(a, b)
     (res,) = b.store.write_group([WriteBatch(1, (Append(C1, 0, b"stray"),))])
     assert isinstance(res, BatchResult) and res.results[0].status == AppendStatus.STALE_EPOCH
     assert a.job(FenceQueue(C1, 2)).ok  # a failover elsewhere fenced the old primary too
@@ -277,9 +278,7 @@ def test_a_new_primary_whose_seqs_are_behind_a_replicas_replaces_its_copy(
     a.open(1, ("a", "b"))
     a.append(b"1", b"2", b"3", b"4")
     a.ack(1, 2, 3, 4)
-    copy = read_copy(a.store, C1)
-    assert copy is not None
-    sync(Primary("a", 1, copy.log, copy.replicas, w=2), a, b)
+    replicate(a, b)
     held = read_copy(b.store, C1)
     assert held is not None and held.log.base == (1, 4)
     c.open(5, ("c", "b"), clean=True)  # c never held the queue: its seqs start at 1

@@ -112,11 +112,18 @@ class Claims:
         else:
             r.replica_sets.pop(c.key, None)
         path = await self._bring_here(c, previous, value)
+        if log.enabled("debug"):
+            self._log_claimed(c.key, value, previous, path)
+        await self._record_replicas(c.key, value)
+        return value.epoch
+
+    @staticmethod
+    def _log_claimed(key: SessionKey, value: Entry, previous: Entry | None, path: str) -> None:
         log.emit(
             "session.claimed",
             "debug",
-            client_id=c.key[1],
-            mountpoint=c.key[0],
+            client_id=key[1],
+            mountpoint=key[0],
             epoch=value.epoch,
             previous_owner=previous.owner if previous is not None else "",
             previous_epoch=previous.epoch if previous is not None else 0,
@@ -124,8 +131,6 @@ class Claims:
             holders=list(holders(previous)) if previous is not None else [],
             path=path,
         )
-        await self._record_replicas(c.key, value)
-        return value.epoch
 
     async def _record_replicas(self, key: SessionKey, value: Entry) -> None:
         """The register names where the queue is kept, so that a failover knows which
