@@ -59,6 +59,15 @@ class ViewFollower:
         self.view = ClusterView.alone(node)
         self.updates = 0
         self.on_change = on_change
+        self.known = asyncio.Event()  # the first view came, or gossip has no cluster
+
+    async def first(self, timeout: float) -> bool:
+        """Wait (bounded) until ``view`` is gossip's, not the placeholder; False if not."""
+        try:
+            await asyncio.wait_for(self.known.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def run(self) -> None:
         backoff = 0.1
@@ -68,12 +77,14 @@ class ViewFollower:
                 async for pb in call:
                     self.view = from_pb(pb)
                     self.updates += 1
+                    self.known.set()
                     if self.on_change is not None:
                         self.on_change(self.view)
                     backoff = 0.1
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                     rpc_failed("gossip", "WatchView", exc, "debug")
+                    self.known.set()
                     return  # a gossip service without a cluster: this node stays alone
                 if exc.code() != grpc.StatusCode.CANCELLED:
                     rpc_failed("gossip", "WatchView", exc, "info")

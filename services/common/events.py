@@ -127,6 +127,27 @@ _SPECS: Final = [
         path="str",
     ),
     _e(
+        "session.subscriptions_dropped",
+        "The registry deleted the subscriptions of a session its table no longer holds "
+        "(debug; reason: unknown_connection, a connection that ended after its session "
+        "was lost with a restart; restart_orphan, the start-up sweep of a cluster member).",
+        client_id="str",
+        mountpoint="str",
+        epoch="int",
+        reason="str",
+    ),
+    _e(
+        "session.subscriptions_kept",
+        "The registry kept the subscriptions of a session its table no longer holds, as "
+        "the id's register names another owner or cannot be read (debug; reasons as "
+        "session.subscriptions_dropped): the session moved to another node, whose "
+        "listener re-owns them.",
+        client_id="str",
+        mountpoint="str",
+        epoch="int",
+        reason="str",
+    ),
+    _e(
         "session.handover",
         "This node handed a client id's session to the node its client reconnected to "
         "(the connection here was closed; a resumed session's queue goes with it).",

@@ -8,6 +8,9 @@ sessions the table does not hold — go too, or nobody would ever delete them.
 
 from __future__ import annotations
 
+import asyncio
+
+from services.common import log
 from services.common.session_key import SessionKey
 from services.registry.backends import BackendError
 from services.registry.records import subs_ops
@@ -15,21 +18,25 @@ from services.registry.registrar import Registrar
 from services.registry.sessions import DeleteQueue, PublishSession, Session
 
 RECOVERY_BATCH = 500  # directory records per gossip Put at start-up
+SWEEP_PATIENCE = 60.0  # s a cluster member waits for a majority before its orphan sweep
+SWEEP_POLL = 0.5  # s between two looks at the view meanwhile
 
 
-async def recover(registrar: Registrar, sessions: list[Session], reserved: int) -> None:
+async def recover(registrar: Registrar, sessions: list[Session], reserved: int) -> list[SessionKey]:
     """Rebuild the table from disk; sessions that were online are now offline.
 
     Their directory records are corrected before the registry serves, so a later
-    registration's record cannot be overwritten by this one.
+    registration's record cannot be overwritten by this one. Returns the orphan
+    subscriptions a cluster member must check with the cluster before it drops them
+    (:func:`sweep_orphan_subs`, once its cluster side runs).
     """
     registrar.reserved = reserved
     registrar.table.raise_epoch(reserved)
     recovered = registrar.table.load(sessions, registrar.clock())
-    await _drop_orphan_subs(registrar)
+    deferred = await _drop_orphan_subs(registrar)
     await _drop_orphan_queues(registrar)
     if not recovered:
-        return
+        return deferred
     await registrar.committer.sync(*(s.key for s in recovered))
     persistent = [s for s in recovered if s.persistent]
     for start in range(0, len(persistent), RECOVERY_BATCH):
@@ -46,21 +53,28 @@ async def recover(registrar: Registrar, sessions: list[Session], reserved: int) 
                 s.key, s.epoch, registrar.table.policy.max_offline_messages
             )
         except BackendError:
-            return  # logged; the msgstore is not up, the limit is set at the next change
+            return deferred  # logged; the msgstore is down: the limit is set at the next change
+    return deferred
 
 
-async def _drop_orphan_subs(registrar: Registrar) -> None:
+async def _drop_orphan_subs(registrar: Registrar) -> list[SessionKey]:
     """Delete the subscriptions of this node's sessions that the table does not hold.
 
     Clean sessions are not on disk, so after a restart the table cannot end them; their
     connections are gone (or about to be dropped by their listeners), and a client id
     that registers again must start without them. Only keys this registry leads and
     whose record names this node are touched: other nodes' sessions are theirs.
+
+    A member of a cluster returns them instead. There a record that names this node may
+    be one its gossip has not yet seen overwritten: the session was handed over just
+    before the restart, and its new owner's listener re-owns the subscriptions from this
+    record. A delete written now would be the newest write, win everywhere, and leave
+    the session subscribed to nothing; only the id's register can tell.
     """
     try:
         owners = await registrar.backends.subs_owners()
     except BackendError:
-        return  # logged; gossip is not up, the next restart tries again
+        return []  # logged; gossip is not up, the next restart tries again
     orphans = []
     for raw, node in owners.items():
         mountpoint, _, client_id = raw.decode().partition("\0")
@@ -71,11 +85,52 @@ async def _drop_orphan_subs(registrar: Registrar) -> None:
             and registrar.leads(key)
         ):
             orphans.append(key)
+    if len(registrar.cluster().members) > 1:
+        return orphans
     for start in range(0, len(orphans), RECOVERY_BATCH):
         try:
             await registrar.backends.put_meta(subs_ops(orphans[start : start + RECOVERY_BATCH]))
         except BackendError:
-            return  # logged
+            break  # logged
+    return []
+
+
+async def sweep_orphan_subs(
+    registrar: Registrar, keys: list[SessionKey], patience: float = SWEEP_PATIENCE
+) -> int:
+    """The deferred half of :func:`_drop_orphan_subs`, for a cluster member: each key's
+    subscriptions go once the register says they are this node's to drop
+    (``claims.subscriptions_ours``); how many went. Waits (bounded) for a majority, as
+    the check needs one; what cannot be checked stays, for the next restart."""
+    claims = registrar.claims
+    if claims is None or not keys:
+        return 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while not registrar.cluster().serving and loop.time() < deadline:
+        await asyncio.sleep(SWEEP_POLL)
+    dropped = 0
+    for key in keys:
+        async with registrar.locks.hold(key):
+            if registrar.table.get(key) is not None:
+                continue  # registered again meanwhile: its subscriptions are its own
+            ours = await claims.subscriptions_ours(key, None)
+            log.emit(
+                "session.subscriptions_dropped" if ours else "session.subscriptions_kept",
+                "debug",
+                client_id=key[1],
+                mountpoint=key[0],
+                epoch=0,
+                reason="restart_orphan",
+            )
+            if not ours:
+                continue
+            try:
+                await registrar.directory.write(subs_ops([key]))
+            except BackendError:
+                return dropped  # logged; the next restart tries again
+            dropped += 1
+    return dropped
 
 
 async def _drop_orphan_queues(registrar: Registrar) -> None:

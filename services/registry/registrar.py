@@ -96,6 +96,8 @@ class ClusterClaims(Protocol):
 
     async def owns(self, session: Session) -> bool: ...
 
+    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool: ...
+
     def release(self, key: SessionKey, epoch: int) -> None: ...
 
 
@@ -428,7 +430,7 @@ class Registrar:
         if session is None:
             self._stale.inc()
             if drop_subs and self.table.get(key) is None:
-                await self._drop_unknown_subs(key)
+                await self._drop_unknown_subs(key, epoch)
             return False
         taken_over = self.takeovers.ended(key, epoch)
         try:
@@ -444,14 +446,30 @@ class Registrar:
                 await self._end(session, "session ended", drop_subs)
         return True
 
-    async def _drop_unknown_subs(self, key: SessionKey) -> None:
-        """A connection the table never knew ended (it registered before a registry
-        restart, and clean sessions are not on disk): its subscriptions go, unless a new
-        registration of the id got in first."""
+    async def _drop_unknown_subs(self, key: SessionKey, epoch: int) -> None:
+        """A connection of ``epoch`` that the table no longer holds ended: its clean session
+        went with a registry restart (clean sessions are not on disk), and its
+        subscriptions go, unless a new registration of the id got in first. In a cluster
+        the session may instead have moved to another node (a handover, whose Disconnected
+        for the connection here can come after the table gave the session away); its
+        subscriptions are then the new owner's, and stay."""
         if not self.leads(key):
             return
         async with self.locks.hold(key):
             if self.table.get(key) is not None:
+                return
+            ours = self._fences.get(key, 0) <= epoch
+            if ours and self.claims is not None:
+                ours = await self.claims.subscriptions_ours(key, epoch)
+            log.emit(
+                "session.subscriptions_dropped" if ours else "session.subscriptions_kept",
+                "debug",
+                client_id=key[1],
+                mountpoint=key[0],
+                epoch=epoch,
+                reason="unknown_connection",
+            )
+            if not ours:
                 return
             with suppress(BackendError):  # logged; dropped at the next restart's reconcile
                 await self.directory.write(subs_ops([key]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+from services.common.background import report_crash
 from services.common.cluster_view import ViewFollower
 from services.common.config import Config
 from services.common.grpcutil import AdminServicer, bind, create_server
@@ -23,7 +24,7 @@ from services.registry.cluster import start as cluster_side
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.lmdb_engine import LmdbEngine
-from services.registry.recovery import recover
+from services.registry.recovery import recover, sweep_orphan_subs
 from services.registry.registrar import Registrar
 from services.registry.servicer import RegistryServicer
 from services.registry.sessions import Policy, SessionTable
@@ -33,6 +34,7 @@ from services.registry.watchers import WatchHub
 STOP_GRACE = 2.0
 # s a listener has to watch again after its stream broke before its sessions are ended
 LISTENER_GRACE = 5.0
+VIEW_WAIT = 10.0  # s for gossip's first view at start-up (gossip starts beside us)
 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
@@ -63,10 +65,15 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     serving = False
     server = create_server()
     expiry: asyncio.Task[None] | None = None
-    following: asyncio.Task[None] | None = None
     side: cluster_side.ClusterSide | None = None
+    sweep: asyncio.Task[int] | None = None
+    follower = ViewFollower(backends.gossip, settings.node)
+    registrar.cluster = lambda: follower.view
+    following = asyncio.create_task(follower.run(), name="registry-view")
     try:
-        await recover(registrar, sessions, reserved)
+        # Whether this node is a cluster member decides how recovery sweeps (recovery.py).
+        await follower.first(VIEW_WAIT)
+        orphan_subs = await recover(registrar, sessions, reserved)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registrar, hub), server)
         common_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(
@@ -82,14 +89,16 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         await server.start()
         serving = True
         started(settings.address)
-        follower = ViewFollower(backends.gossip, settings.node)
-        registrar.cluster = lambda: follower.view
-        following = asyncio.create_task(follower.run(), name="registry-view")
         side = await cluster_side.start(
             settings, registrar, backends, lambda: follower.view.members
         )
         follower.on_change = side.on_view
         side.on_view(follower.view)
+        if orphan_subs:
+            sweep = asyncio.create_task(
+                sweep_orphan_subs(registrar, orphan_subs), name="registry-orphan-subs"
+            )
+            sweep.add_done_callback(report_crash)
         expiry = asyncio.create_task(registrar.run_expiry(stop), name="registry-expiry")
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({expiry, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -104,9 +113,11 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             await side.close()
         for task in list(lost):
             task.cancel()
-        if following is not None:
-            following.cancel()
-            await asyncio.gather(following, return_exceptions=True)
+        if sweep is not None:
+            sweep.cancel()
+            await asyncio.gather(sweep, return_exceptions=True)
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
         if expiry is not None and not expiry.done():
             expiry.cancel()
             await asyncio.gather(expiry, return_exceptions=True)

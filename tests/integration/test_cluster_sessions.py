@@ -26,8 +26,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from services.pb import (
+    common_pb2,
+    gossip_pb2,
+    gossip_pb2_grpc,
+    registry_pb2,
+    registry_pb2_grpc,
+)
 from tests.integration.test_cluster_membership import (
     HTTP,
     N1,
@@ -106,6 +114,62 @@ def test_a_persistent_session_moves_with_its_subscriptions_and_queue(cluster: Pa
         finally:
             moved.disconnect()
         assert sessions(N1, "x-move") == [], "n1 still holds the moved session"
+    finally:
+        pub.disconnect()
+
+
+def _subs_record(base: Path, node: str, client_id: str) -> bytes:
+    """``client_id``'s subscription record in ``node``'s gossip (b"" when it has none)."""
+    sock = base / node.split("@")[0] / "data" / "run" / "gossip.sock"
+    with grpc.insecure_channel(f"unix:{sock}") as chan:
+        reply = gossip_pb2_grpc.GossipStub(chan).Get(
+            gossip_pb2.GetRequest(prefix="subs", key=f"\0{client_id}".encode()), timeout=10
+        )
+    return bytes(reply.value) if reply.found else b""
+
+
+def test_a_late_end_report_from_the_old_owner_leaves_the_moved_subscriptions(
+    cluster: Path,
+) -> None:
+    """The old owner's listener can report its connection's end (a DISCONNECT it read
+    late, not a takeover) after its registry handed the session over. That registry no
+    longer holds the session, and once took the report for a connection it never knew:
+    it deleted the id's subscriptions in gossip, so the session, resumed on n2, got
+    nothing more, wherever it went (the fault test's long run lost 33,643 messages so).
+    The report is sent here as the listener sends it."""
+    sub = Client("x-late", MQTT[N1], version=4, clean=False).connect()
+    pub = Client("x-late-pub", MQTT[N3]).connect()
+    try:
+        sub.subscribe("late/#", 1)
+        until_routed(pub, "late/probe", [sub])
+        (row,) = sessions(N1, "x-late")
+        old_epoch = int(str(row["epoch"]))
+        sub.disconnect()
+        moved = Client("x-late", MQTT[N2], version=4, clean=False).connect()
+        try:
+            assert moved.session_present
+            wait_for(lambda: sessions(N1, "x-late") == [], BOUND, 0.2, "n1 handed it over")
+            sock = cluster / "dev1" / "data" / "run" / "registry.sock"
+            with grpc.insecure_channel(f"unix:{sock}") as chan:
+                reply = registry_pb2_grpc.RegistryStub(chan).Disconnected(
+                    registry_pb2.DisconnectedRequest(
+                        key=common_pb2.SessionKey(mountpoint="", client_id="x-late"),
+                        epoch=old_epoch,
+                        listener_id="late-report",
+                        session_expiry=0xFFFFFFFF,
+                        reason="disconnect",
+                    ),
+                    timeout=BOUND,
+                )
+            assert not reply.ok, "a report for a handed-over epoch is stale"
+            # A delete would be in n1's gossip when the call returns (it is awaited).
+            assert _subs_record(cluster, N1, "x-late"), "n1 deleted the moved subscriptions"
+            for i in range(5):
+                pub.publish("late/t", f"m{i}", qos=1).wait_for_publish(10)
+            got = [m.payload.decode() for m in moved.take(5, timeout=BOUND)]
+            assert got == [f"m{i}" for i in range(5)]
+        finally:
+            moved.disconnect()
     finally:
         pub.disconnect()
 

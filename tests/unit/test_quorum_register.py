@@ -42,6 +42,7 @@ from services.registry.quorum.register import (
     Read,
     Release,
     SetState,
+    subscriptions_ours,
 )
 from tests.unit.quorum_sim import Faults, Sim, check, chosen
 
@@ -100,6 +101,58 @@ def test_a_failover_takes_an_offline_replicated_session_only_from_the_dead_owner
     assert FailOver("a", "b", ("b",)).apply(None) is None
     # the floor keeps the node's own fencing tokens below the new epoch
     assert FailOver("a", "b", ("b",), floor=9).apply(owned) == Entry("b", 9, ("b",), OFFLINE, True)
+
+
+def test_only_a_session_nobody_else_owns_loses_its_subscriptions_with_a_stale_report() -> None:
+    # never claimed, or released: nobody's session, a stale report may drop them
+    assert subscriptions_ours(None, "a", 4)
+    assert subscriptions_ours(Release(4).apply(e("b", 4)), "a", 2)
+    # a's own session at the reported epoch, or an older one: a's to drop
+    assert subscriptions_ours(e("a", 4), "a", 4)
+    assert subscriptions_ours(e("a", 3, OFFLINE), "a", 4)
+    # handed over to b after epoch 4 (the flong case): b's listener re-owns them
+    assert not subscriptions_ours(Claim("b", ("b",)).apply(e("a", 4)), "a", 4)
+    # a newer registration of a itself, not yet in its table
+    assert not subscriptions_ours(e("a", 5), "a", 4)
+    # the start-up sweep: a clean session of a is gone with the restart, a persistent
+    # one is on disk (if the table lacks it, something else is wrong: keep them)
+    assert subscriptions_ours(e("a", 4), "a", None)
+    assert not subscriptions_ours(Entry("a", 4, ("a",), OFFLINE, True), "a", None)
+    assert not subscriptions_ours(e("b", 4), "a", None)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["claim", "release", "offline"]), st.sampled_from(ABC)),
+        max_size=12,
+    ),
+    st.sampled_from(ABC),
+)
+def test_a_node_never_drops_the_subscriptions_of_a_session_claimed_after_its_epoch(
+    steps: list[tuple[str, str]], node: str
+) -> None:
+    """Whatever happened to the register, a report of ``node`` at any epoch it held
+    drops nothing once another node has claimed the id since."""
+    value: Entry | None = None
+    held: list[int] = []  # epochs ``node`` owned
+    for op, who in steps:
+        if op == "claim":
+            value = Claim(who, (who,)).apply(value)
+            assert value is not None
+            if who == node:
+                held.append(value.epoch)
+        elif op == "release" and value is not None:
+            value = Release(value.epoch).apply(value)
+        elif value is not None:
+            value = SetState(value.epoch, OFFLINE).apply(value)
+    for epoch in held:
+        ours = subscriptions_ours(value, node, epoch)
+        if value is not None and value.live and value.owner != node:
+            assert not ours
+        if value is not None and value.live and value.epoch > epoch:
+            assert not ours
+        if value is None or not value.live:
+            assert ours
 
 
 # -- ballots -------------------------------------------------------------------------------

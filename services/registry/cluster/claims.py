@@ -46,6 +46,7 @@ from services.registry.quorum.register import (
     Release,
     Relocate,
     holders,
+    subscriptions_ours,
 )
 from services.registry.records import moved_command
 from services.registry.registrar import ClaimRefused, Registrar
@@ -520,6 +521,22 @@ class Claims:
         v = outcome.value
         node = self.registrar.settings.node
         return v is None or (v.owner == node and v.epoch == session.epoch)
+
+    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool:
+        """Whether this node may delete ``key``'s subscriptions, which its table no longer
+        holds (:func:`~services.registry.quorum.register.subscriptions_ours`, on a
+        linearizable read). Alone, the table is the whole truth. Without a majority
+        nobody can tell, and they stay: a route too many costs a forward that finds no
+        session, one too few loses every message of a session that lives on."""
+        view = self.registrar.cluster()
+        if len(view.members) < 2:
+            return True
+        if not view.serving:
+            return False
+        outcome = await self.quorum.change(key, Read())
+        if not isinstance(outcome, Committed):
+            return False
+        return subscriptions_ours(outcome.value, self.registrar.settings.node, epoch)
 
     def release(self, key: SessionKey, epoch: int) -> None:
         """The session of ``epoch`` ended here: tombstone its register (nobody waits; a

@@ -117,6 +117,26 @@ def stranded(current: Entry | None, node: str, down: frozenset[str]) -> bool:
     return node not in held and all(r in down for r in held)
 
 
+def subscriptions_ours(current: Entry | None, node: str, epoch: int | None) -> bool:
+    """Whether ``node`` may delete the id's subscriptions, its table no longer holding the
+    session: a connection it no longer knows ended (``epoch``: that connection's), or the
+    start-up sweep of sessions lost with a restart (``epoch`` None).
+
+    Only when the register names no live session, or ``node``'s at or before ``epoch``:
+    a session another node took over keeps its subscriptions, which its new owner's
+    listener re-owns from this very record (a delete that reached it first would leave
+    the resumed session subscribed to nothing, everywhere). A newer epoch of ``node``
+    itself is a registration here still on its way to the table.
+    """
+    if current is None or not current.live:
+        return True
+    if current.owner != node:
+        return False
+    if epoch is None:  # a persistent session is on disk: one the table lacks is not ended
+        return not current.persistent
+    return current.epoch <= epoch
+
+
 @dataclass(frozen=True, slots=True)
 class FailOver:
     """The primary ``dead`` of a persistent session's replicated queue is down and no

@@ -1,0 +1,134 @@
+"""When the registry deletes the subscriptions of a session its table does not hold.
+
+Two paths do: a connection's end reported after the table let its session go, and the
+start-up sweep of clean sessions lost with a restart. In a cluster the table also lets
+a session go when it hands it to another node, and a delete then would win over the new
+owner's record everywhere (the fault test's long run lost a subscriber for good so).
+These tests drive a real ``Registrar`` over an in-memory table; only the gossip and
+msgstore calls are recorded instead of made, and the register's answer is a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.common.cluster_view import ClusterView
+from services.common.metrics import MetricsRegistry
+from services.common.session_key import SessionKey
+from services.common.typed_settings import build
+from services.node.schema import schema
+from services.pb import gossip_pb2
+from services.registry.backends import Backends
+from services.registry.committer import Committer
+from services.registry.config import RegistrySettings
+from services.registry.engines.memory import MemoryEngine
+from services.registry.recovery import recover, sweep_orphan_subs
+from services.registry.registrar import Registrar
+from services.registry.sessions import Policy, Session, SessionTable
+from services.registry.store import SessionStore
+from services.registry.watchers import WatchHub
+
+A: SessionKey = ("", "a")
+B: SessionKey = ("", "b")
+C: SessionKey = ("", "c")
+
+
+class _Gossip(Backends):
+    """The gossip half of the backends, recorded: which subscription records name which
+    node, and which deletes were written. No queue exists."""
+
+    def __init__(self, owners: dict[SessionKey, str]) -> None:
+        self.owners = owners
+        self.deleted: list[SessionKey] = []
+
+    async def subs_owners(self) -> dict[bytes, str]:
+        return {f"{k[0]}\0{k[1]}".encode(): node for k, node in self.owners.items()}
+
+    async def put_meta(self, ops: list[gossip_pb2.MetaOp]) -> None:
+        for op in ops:
+            assert op.prefix == "subs" and op.delete, op
+            mountpoint, _, client_id = op.key.decode().partition("\0")
+            self.deleted.append((mountpoint, client_id))
+
+    async def queue_pages(self):  # type: ignore[no-untyped-def]
+        return
+        yield
+
+
+class _Register:
+    """The cluster side's answer for each id: is it this node's to drop?"""
+
+    def __init__(self, ours: set[SessionKey]) -> None:
+        self.ours = ours
+        self.asked: list[tuple[SessionKey, int | None]] = []
+
+    def active(self) -> bool:
+        return True
+
+    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool:
+        self.asked.append((key, epoch))
+        return key in self.ours
+
+
+def _registrar(gossip: _Gossip, members: int = 1) -> Registrar:
+    settings = build(RegistrySettings, schema().empty())
+    table = SessionTable(Policy())
+    committer = Committer(SessionStore(MemoryEngine()), table.get)
+    r = Registrar(settings, table, committer, gossip, WatchHub(), MetricsRegistry())
+    node = settings.node
+    names = frozenset({node, *(f"other{i}" for i in range(members - 1))})
+    view = ClusterView(names, names, True, True)
+    r.cluster = lambda: view
+    return r
+
+
+def test_alone_the_start_up_sweep_drops_orphans_at_once() -> None:
+    async def run() -> None:
+        gossip = _Gossip({})
+        r = _registrar(gossip)
+        gossip.owners = {A: r.settings.node, B: "elsewhere"}
+        assert await recover(r, [], 0) == []
+        assert gossip.deleted == [A]
+
+    asyncio.run(run())
+
+
+def test_a_cluster_member_drops_orphans_only_once_the_register_says_they_are_its_own() -> None:
+    async def run() -> None:
+        gossip = _Gossip({})
+        r = _registrar(gossip, members=3)
+        node = r.settings.node
+        gossip.owners = {A: node, B: node, C: node}
+        deferred = await recover(r, [], 0)
+        assert sorted(deferred) == [A, B, C] and gossip.deleted == []
+        register = _Register({A, C})
+        r.claims = register
+        # C registered again meanwhile: its subscriptions are its own now
+        r.table.load([Session(C, 7, True, node, "L1", 0, 4, 0)], 0)
+        assert await sweep_orphan_subs(r, deferred) == 1
+        assert gossip.deleted == [A]  # B moved to another node: kept
+        assert sorted(register.asked) == [(A, None), (B, None)]
+
+    asyncio.run(run())
+
+
+def test_a_late_end_report_drops_nothing_of_a_session_handed_over() -> None:
+    async def run() -> None:
+        gossip = _Gossip({})
+        r = _registrar(gossip, members=3)
+        # the handover fenced the id at the new owner's epoch: no register read needed
+        r.fence(A, 9)
+        assert not await r.disconnected(A, 8, 0)
+        assert gossip.deleted == []
+        # no fence (evicted, or another path): the register decides
+        register = _Register({C})
+        r.claims = register
+        assert not await r.disconnected(B, 8, 0)
+        assert not await r.disconnected(C, 8, 0)
+        assert gossip.deleted == [C]
+        assert register.asked == [(B, 8), (C, 8)]
+        # a report that says the connection never subscribed asks nothing
+        assert not await r.disconnected(("", "d"), 8, 0, drop_subs=False)
+        assert register.asked == [(B, 8), (C, 8)]
+
+    asyncio.run(run())
