@@ -140,14 +140,18 @@ async def _drop_orphan_queues(registrar: Registrar) -> None:
     registry killed in between leaves a queue for an id it will not know, which nobody
     reads and, if the id only ever comes back clean, nobody deletes. Its client never
     got a CONNACK for it and never subscribed with it, so nothing acknowledged to it is
-    lost. Deleted with the reserved epoch, at or above every epoch issued before the
-    restart (a queue with a newer one, from a wiped registry, is refused and kept). In a
+    lost. Deleted at its own epoch, if that is at or below the reserved one, which is
+    above every epoch issued before the restart (a queue with a newer one, from a wiped
+    registry, is refused and kept). Not at the reserved epoch itself: the copy's
+    tombstone keeps the delete's epoch, and a primary elsewhere at a lower epoch that
+    owns the session now (a failover while this node was down) would find this copy
+    following a newer primary and step down, its queue no longer replicated. In a
     cluster too, this node's msgstore holds only the queues of sessions this node owned:
     one left behind by a handover that had not finished (its RELEASE never came) is
     swept with the rest; the entries the new owner copied live on there. A replica of a
     replicated queue whose primary is another node is that node's, and stays.
     """
-    orphans: list[SessionKey] = []
+    orphans: list[tuple[SessionKey, int]] = []
     try:
         async for page in registrar.backends.queue_pages():
             for queue in page:
@@ -155,12 +159,12 @@ async def _drop_orphan_queues(registrar: Registrar) -> None:
                 if queue.replicas and queue.replicas[0] != registrar.settings.node:
                     continue  # a replica of another node's queue (DESIGN §4)
                 if registrar.table.get(key) is None and registrar.leads(key):
-                    orphans.append(key)
+                    orphans.append((key, min(queue.epoch, registrar.reserved)))
     except BackendError:
         return  # logged; the msgstore is not up, the next restart tries again
-    for key in orphans:
+    for key, epoch in orphans:
         try:
-            await registrar.backends.delete_queue(DeleteQueue(key, registrar.reserved, "orphan"))
+            await registrar.backends.delete_queue(DeleteQueue(key, epoch, "orphan"))
         except BackendError as exc:
             if exc.code != "REFUSED":
                 return  # logged, as above

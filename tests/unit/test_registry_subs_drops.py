@@ -17,14 +17,14 @@ from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.common.typed_settings import build
 from services.node.schema import schema
-from services.pb import gossip_pb2
+from services.pb import common_pb2, gossip_pb2, msgstore_pb2
 from services.registry.backends import Backends
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.memory import MemoryEngine
 from services.registry.recovery import recover, sweep_orphan_subs
 from services.registry.registrar import Registrar
-from services.registry.sessions import Policy, Session, SessionTable
+from services.registry.sessions import DeleteQueue, Policy, Session, SessionTable
 from services.registry.store import SessionStore
 from services.registry.watchers import WatchHub
 
@@ -40,6 +40,8 @@ class _Gossip(Backends):
     def __init__(self, owners: dict[SessionKey, str]) -> None:
         self.owners = owners
         self.deleted: list[SessionKey] = []
+        self.queues: list[msgstore_pb2.QueueState] = []
+        self.queues_deleted: list[tuple[SessionKey, int]] = []
 
     async def subs_owners(self) -> dict[bytes, str]:
         return {f"{k[0]}\0{k[1]}".encode(): node for k, node in self.owners.items()}
@@ -51,8 +53,10 @@ class _Gossip(Backends):
             self.deleted.append((mountpoint, client_id))
 
     async def queue_pages(self):  # type: ignore[no-untyped-def]
-        return
-        yield
+        yield self.queues
+
+    async def delete_queue(self, step: DeleteQueue) -> None:
+        self.queues_deleted.append((step.key, step.epoch))
 
 
 class _Register:
@@ -130,5 +134,35 @@ def test_a_late_end_report_drops_nothing_of_a_session_handed_over() -> None:
         # a report that says the connection never subscribed asks nothing
         assert not await r.disconnected(("", "d"), 8, 0, drop_subs=False)
         assert register.asked == [(B, 8), (C, 8)]
+
+    asyncio.run(run())
+
+
+def test_an_orphan_queue_is_deleted_at_its_own_epoch_not_the_reserved_one() -> None:
+    """The copy's tombstone keeps the delete's epoch. At the reserved epoch (above every
+    epoch this node issued) it fenced the primary another node had failed the session
+    over to meanwhile, at a lower epoch: that primary stepped down, its queue no longer
+    replicated (the fault test's long run, s4 at 15:54:32)."""
+
+    async def run() -> None:
+        gossip = _Gossip({})
+        r = _registrar(gossip)
+        node = r.settings.node
+
+        def queue(client_id: str, epoch: int, *replicas: str) -> msgstore_pb2.QueueState:
+            return msgstore_pb2.QueueState(
+                key=common_pb2.SessionKey(client_id=client_id),
+                exists=True,
+                epoch=epoch,
+                replicas=list(replicas),
+            )
+
+        gossip.queues = [
+            queue("a", 46255, node, "other1"),  # this node was its primary
+            queue("b", 5000, "other1", node),  # a replica of another's queue: stays
+            queue("c", 90000),  # newer than anything reserved (a wiped registry)
+        ]
+        await recover(r, [], 47279)
+        assert gossip.queues_deleted == [(A, 46255), (C, 47279)]
 
     asyncio.run(run())
