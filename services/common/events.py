@@ -325,7 +325,8 @@ _SPECS: Final = [
         "A replicated queue's primary: state started when it began feeding a replica set "
         "(after an Open at a new epoch or with new replicas); late when appends were not on "
         "msgstore.write_quorum copies within msgstore.failover_timeout (their publishers "
-        "were refused).",
+        "were refused); superseded when appends reached this node's copy after a newer "
+        "primary took the queue (refused too: the copy is fenced).",
         client_id="str",
         mountpoint="str",
         epoch="int",

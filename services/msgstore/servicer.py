@@ -89,7 +89,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                 slots.release()
                 assert isinstance(result, BatchResult)
                 rep = self.cluster.replicator if self.cluster is not None else None
-                if rep is not None and (rep.queues or rep.rebuilding):
+                if rep is not None and (rep.queues or rep.rebuilding or rep.stepped_down):
                     await self._replicated(rep, appends, result, marks)
                 if logged:
                     log_queued(appends, logged, result)
@@ -147,8 +147,11 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         if opening:
             await replicator.settled(opening)
         seqs: dict[SessionKey, list[int]] = {}
+        queues, stepped_down = replicator.queues, replicator.stepped_down
         for op, res in zip(appends, result.results, strict=False):
-            if res.status == AppendStatus.OK and op.session in replicator.queues:
+            if res.status == AppendStatus.OK and (
+                op.session in queues or op.session in stepped_down
+            ):
                 seqs.setdefault(op.session, []).append(res.seq)
         marked = {m.session for m in marks if m.session in replicator.queues}
         if not seqs and not marked:
@@ -176,15 +179,16 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         result.error = "not on msgstore.write_quorum copies within msgstore.failover_timeout"
         for sid in failed:
             qp = replicator.queues.get(sid)
+            follows = replicator.stepped_down.get(sid)
             log.emit(
                 "queue.replicated",
                 "warning",
                 client_id=sid[1],
                 mountpoint=sid[0],
-                epoch=qp.primary.epoch if qp is not None else 0,
+                epoch=qp.primary.epoch if qp is not None else follows or 0,
                 replicas=list(qp.copies) if qp is not None else [],
-                state="late",
-                reason=result.error,
+                state="late" if follows is None else "superseded",
+                reason=result.error if follows is None else "a newer primary took the queue",
             )
 
     @staticmethod

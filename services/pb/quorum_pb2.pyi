@@ -162,7 +162,7 @@ class HandoverRequest(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., node: _Optional[str] = ..., phase: _Optional[_Union[HandoverPhase, str]] = ..., discard: _Optional[bool] = ..., after_seq: _Optional[int] = ..., route: _Optional[str] = ..., keep_queue: _Optional[bool] = ...) -> None: ...
 
 class HandoverReply(_message.Message):
-    __slots__ = ("present", "persistent", "session_expiry", "proto_ver", "entries", "inbound_qos2", "error", "last_seq", "delivered_upto", "outbound_pubrel")
+    __slots__ = ("present", "persistent", "session_expiry", "proto_ver", "entries", "inbound_qos2", "error", "last_seq", "delivered_upto", "outbound_pubrel", "unconfirmed")
     PRESENT_FIELD_NUMBER: _ClassVar[int]
     PERSISTENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_EXPIRY_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,7 @@ class HandoverReply(_message.Message):
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     DELIVERED_UPTO_FIELD_NUMBER: _ClassVar[int]
     OUTBOUND_PUBREL_FIELD_NUMBER: _ClassVar[int]
+    UNCONFIRMED_FIELD_NUMBER: _ClassVar[int]
     present: bool
     persistent: bool
     session_expiry: int
@@ -183,7 +184,8 @@ class HandoverReply(_message.Message):
     last_seq: int
     delivered_upto: int
     outbound_pubrel: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, present: _Optional[bool] = ..., persistent: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[_msgstore_pb2.QueueEntry, _Mapping]]] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., last_seq: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ...) -> None: ...
+    unconfirmed: bool
+    def __init__(self, present: _Optional[bool] = ..., persistent: _Optional[bool] = ..., session_expiry: _Optional[int] = ..., proto_ver: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[_msgstore_pb2.QueueEntry, _Mapping]]] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., last_seq: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., unconfirmed: _Optional[bool] = ...) -> None: ...
 
 class KeysRequest(_message.Message):
     __slots__ = ("after", "limit")

@@ -110,6 +110,7 @@ class ClusterListing(Protocol):
 
 
 EPOCH_BLOCK = 1024  # epochs reserved on disk per write
+ALL_SEQS = 2**63 - 1  # a delivered mark the store caps at the queue's last seq
 EXPIRE_BATCH = 1000  # sessions expired per tick at most
 CONCURRENT_ENDS = 64  # sessions ended at once (their writes share batches and commits)
 RETRY_US = 5 * US  # a failed cleanup is tried again after this
@@ -282,11 +283,13 @@ class Registrar:
             epoch = plan.session.epoch
             writes: list[Step] = []
             behind: OpenQueue | None = None  # the queue Open made after the answer
+            confirmed = True
             try:
                 await self._reserve(epoch)
                 for step in plan.steps():
                     if isinstance(step, NotifyTakeover):
-                        await self._takeover(step)  # first: the old connection flushes
+                        # first: the old connection flushes
+                        confirmed = await self._takeover(step) and confirmed
                     elif isinstance(step, OpenQueue) and plan.resumes_offline:
                         behind = step
                     else:
@@ -313,6 +316,8 @@ class Registrar:
                 return self._store_failed("register", store_error)
             if behind is not None:
                 self.queues.open_behind(behind)
+            if not confirmed and plan.session_present and plan.keeps_queue:
+                await self._all_delivered(c.key, epoch)
             if plan.session_present and c.route and len(self.hub) > 1:
                 # Several listener processes: the others may hold the session's
                 # subscriptions as another process's (or their own, from an earlier
@@ -320,6 +325,14 @@ class Registrar:
                 # its queue is replayed there.
                 self.hub.broadcast(moved_command(c.key, c.route))
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
+
+    async def _all_delivered(self, key: SessionKey, epoch: int) -> None:
+        """The old connection's end was not confirmed: it may have sent entries whose
+        delivery marks never reached the queue. Every entry counts as sent, so the resume
+        replays each with DUP [MQTT-3.3.1-1]; one that was never sent carries a DUP it
+        did not need, which receivers must accept."""
+        with suppress(BackendError):  # logged; the replay sets DUP by the marks it has
+            await self.backends.carry_marks(key, epoch, [], ALL_SEQS, [])
 
     def _refused_behind(self, step: OpenQueue, exc: BackendError) -> None:
         """The store refused a resumed session's epoch after its answer (it holds a newer
@@ -396,11 +409,12 @@ class Registrar:
         nodes = replicas(step.key, owner, self.view.members, self.settings.replication_factor)
         return directory_ops(step.key, step.session, step.drop_subs, nodes)
 
-    async def _takeover(self, step: NotifyTakeover) -> None:
+    async def _takeover(self, step: NotifyTakeover) -> bool:
+        """Whether the old connection's end is confirmed (``Takeovers.run``)."""
         old = self.table.get(step.key)
         if old is None or old.epoch != step.old_epoch or not (old.online or old.recovered):
-            return  # it went away while this registration waited for the lock
-        await self.takeovers.run(step, old)
+            return True  # it went away while this registration waited for the lock
+        return await self.takeovers.run(step, old)
 
     # -- disconnection and expiry -------------------------------------------------
 

@@ -43,8 +43,13 @@ class Takeovers:
         waiter.set()
         return True
 
-    async def run(self, step: NotifyTakeover, old: Session) -> None:
-        """Tell the old listener, then wait for its Disconnected, its stream's end, or time."""
+    async def run(self, step: NotifyTakeover, old: Session) -> bool:
+        """Tell the old listener, then wait for its Disconnected, its stream's end, or time.
+
+        True when the Disconnected came: the old connection's delivery marks are in its
+        queue. Otherwise (no answer in time, or its listener gone) it may have sent
+        entries that no mark records, and a resume must set DUP on every entry it
+        replays [MQTT-3.3.1-1]."""
         command = registry_pb2.RegistryCommand(
             takeover=registry_pb2.Takeover(
                 key=pb_key(step.key),
@@ -58,7 +63,7 @@ class Takeovers:
         try:
             watcher = self.hub.send(step.listener_id, command)
             if watcher is None and not old.online:
-                return  # recovered after a restart, and its listener is gone: nothing to close
+                return False  # recovered after a restart, its listener gone: nothing to close
             self._count.inc()
             log.emit(
                 "session.takeover",
@@ -70,10 +75,11 @@ class Takeovers:
             )
             if watcher is None:
                 _unanswered(step, "no watch stream", 0.0)
-                return
+                return False
             if not await _first(done, watcher.closed, self.timeout):
                 self._timeouts.inc()
                 _unanswered(step, "timeout", self.timeout)
+            return done.is_set()
         finally:
             if self._waiters.get((step.key, step.old_epoch)) is done:
                 del self._waiters[(step.key, step.old_epoch)]

@@ -102,6 +102,12 @@ class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
             self.calls.queues.pop((request.key.mountpoint, request.key.client_id), None)
         return msgstore_pb2.QueueState(key=request.key, exists=False, epoch=request.epoch)
 
+    def Stream(self, requests: Any, context: Any) -> Any:
+        """Batches of acks and marks (the registry's own: a handover's delivery state)."""
+        for batch in requests:
+            self.calls.add("Stream", batch)
+            yield msgstore_pb2.StoreBatchResult(batch_id=batch.batch_id)
+
     def Queues(self, request: Any, context: Any) -> Any:
         """One page with every queue (the registry pages through ``next``)."""
         self.calls.add("Queues", request)
@@ -421,10 +427,31 @@ def test_takeover_goes_ahead_when_the_old_listener_never_answers(
     late = wait_for(lambda: node.events("session.takeover_unanswered"), "the unanswered event")
     assert late[0]["reason"] == "timeout" and late[0]["listener_id"] == "L1"
     assert late[0]["client_id"] == "c1" and late[0]["epoch"] == second.epoch
-    # Without a Watch stream there is nobody to wait for.
+    # The old connection may have sent entries no delivered mark records: before the
+    # answer, every entry counts as sent, so the resume replays each with DUP.
+    (batch,) = node.calls.of("Stream")
+    (ack,) = batch.acks
+    assert ack.key.client_id == "c1" and ack.epoch == second.epoch
+    assert ack.delivered_upto >= 2**63 - 1
+    # Without a Watch stream there is nobody to wait for (nor to confirm anything).
     started = time.monotonic()
     third = node.register("c1", "L3")
     assert third.ok and time.monotonic() - started < 0.9
+    assert [b.acks[0].epoch for b in node.calls.of("Stream")] == [second.epoch, third.epoch]
+    # A takeover its old listener answers leaves the marks as they are.
+    w3 = node.watch("L3")
+    request = registry_pb2.RegisterRequest(
+        key=common_pb2.SessionKey(client_id="c1"),
+        node="t1@127.0.0.1",
+        listener_id="L4",
+        proto_ver=4,
+        session_expiry=NEVER,
+    )
+    fourth = node.stub.Register.future(request, timeout=TIMEOUT)
+    assert w3.next().takeover.old_epoch == third.epoch
+    assert node.disconnected("c1", third.epoch, "L3", taken_over=True)
+    assert fourth.result().ok and fourth.result().session_present
+    assert len(node.calls.of("Stream")) == 2
 
 
 def test_clean_sessions_end_and_persistent_ones_expire(make_node: Callable[..., Node]) -> None:
@@ -497,7 +524,9 @@ def test_a_restart_deletes_the_queues_of_sessions_it_does_not_know(
     deletes = [(r.key.client_id, r.reason) for r in node.calls.of("Delete")]
     assert deletes == [("lost", "orphan")]
     (delete,) = node.calls.of("Delete")
-    assert delete.epoch >= kept.epoch + 1  # the reserved epoch fences the orphan out
+    # At its own epoch, not the reserved one: the tombstone keeps the delete's epoch,
+    # and a newer primary elsewhere (a failover meanwhile) must not be fenced by it.
+    assert delete.epoch == kept.epoch + 1
     assert set(node.calls.queues) == {("", "p1")}
     assert node.register("lost").ok  # the id registers afresh
 

@@ -31,6 +31,7 @@ from services.common.grpcutil import rpc_failed
 from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
 from services.msgstore.committer import Committer
+from services.msgstore.model import FenceQueue
 from services.msgstore.queue import QueueStore
 from services.msgstore.replica_reads import read_copy, read_entries
 from services.msgstore.replication.log import Append, Appended, Refused
@@ -41,6 +42,7 @@ from services.pb.msgstore_pb2_grpc import ReplicaStub
 RETRY = 0.5  # s before a replica that did not answer is tried again
 ACK_EVERY = 1.0  # s between acknowledged-index updates to an idle replica
 STATUS_QUEUES = 100
+STEPPED_DOWN_MAX = 100_000  # superseded queues remembered (the oldest go first)
 
 
 def probe(p: Primary, replica: str) -> Append:
@@ -155,6 +157,10 @@ class Replicator:
         self._locks: dict[SessionKey, list[Any]] = {}  # sid -> [lock, users]
         # sid -> [set when rebuilt, Opens under way] (see ``pause``)
         self.rebuilding: dict[SessionKey, list[Any]] = {}
+        # Queues this node was the primary of until a newer one superseded it: sid -> the
+        # epoch it follows (see ``step_down``); until an Open here makes it the primary
+        # again.
+        self.stepped_down: dict[SessionKey, int] = {}
 
     def lag_max(self) -> float:
         """Entries the most lagging replica of any queue replicated from here lacks."""
@@ -234,6 +240,7 @@ class Replicator:
         ``continuing``: this node stays the primary (an Open), so the entries it wrote
         under its earlier epochs count as its own (``Primary.floor``); False after a
         failover, which may have chosen another history."""
+        self.stepped_down.pop(sid, None)
         try:
             async with self._exclusive(sid):
                 await self._rebuild(sid, continuing)
@@ -303,6 +310,8 @@ class Replicator:
         last of them is on W copies, or None if the queue is not replicated."""
         qp = self.queues.get(sid)
         if qp is None:
+            if sid in self.stepped_down:
+                return _failed("superseded by a newer primary")
             return None
         log_ = qp.primary.log
         for seq in seqs:
@@ -350,14 +359,31 @@ class Replicator:
         qp = self.queues.get(sid)
         if qp is not None and qp.primary.epoch < epoch:
             del self.queues[sid]
-            qp.fail("superseded by a newer primary")
-            self.background.spawn(self._stop(qp), "replica-stop")
+            self._step_down(qp, epoch, "superseded by a newer primary")
+
+    def _step_down(self, qp: QueuePrimary, epoch: int, why: str) -> None:
+        """No longer the primary: what waits on it fails, and so does every append to it
+        from now on. Its local copy is fenced at ``epoch`` too, so the store refuses them
+        (a stale epoch). Before that lands, an append would commit to this copy alone
+        and, with the queue gone from ``queues``, be answered at once as a success: a
+        copy no replica holds, deleted with the copy when the session's new primary
+        takes it over (the fault test lost two so). ``stepped_down`` fails those."""
+        self.stepped_down[qp.sid] = epoch
+        while len(self.stepped_down) > STEPPED_DOWN_MAX:
+            del self.stepped_down[next(iter(self.stepped_down))]
+        qp.fail(why)
+        self.background.spawn(self._stop(qp), "replica-stop")
+        self.background.spawn(self._fence_here(qp.sid, epoch), "replica-fence")
+
+    async def _fence_here(self, sid: SessionKey, epoch: int) -> None:
+        await self.committer.submit(FenceQueue(sid, epoch))
 
     async def forget(self, sid: SessionKey) -> None:
         """The queue was deleted here: if this node was its primary, its replicas delete
         their copies too (best effort: a replica that is down keeps its copy)."""
         async with self._exclusive(sid):
             qp = self.queues.pop(sid, None)
+        self.stepped_down.pop(sid, None)
         if qp is None:
             return
         self.background.spawn(self._stop(qp), "replica-stop")
@@ -503,7 +529,9 @@ class Replicator:
             qp.paused = True
             if self.queues.get(qp.sid) is qp:
                 del self.queues[qp.sid]
-            qp.fail("superseded by a failover")
+                self._step_down(qp, reply.epoch, "superseded by a failover")
+            else:
+                qp.fail("superseded by a failover")
             log.emit(
                 "queue.failover",
                 client_id=qp.sid[1],
@@ -530,3 +558,9 @@ class Replicator:
                 )
         qp.settle()
         return qp.acked
+
+
+def _failed(why: str) -> asyncio.Future[None]:
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    fut.set_exception(LookupError(why))
+    return fut

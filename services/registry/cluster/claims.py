@@ -248,7 +248,9 @@ class Claims:
         r = self.registrar
         node = r.settings.node
         copies = tuple(dict.fromkeys((source, *holders(previous))))
-        await self._queue_from_copies(c.key, value.epoch, copies, uncertain=False)
+        # Uncertain only if the old connection's end was not confirmed: else its marks
+        # are on the copies, and entries it never sent go without DUP.
+        await self._queue_from_copies(c.key, value.epoch, copies, uncertain=taken.unconfirmed)
         try:
             await r.backends.carry_marks(
                 c.key, value.epoch, taken.inbound_qos2, taken.delivered_upto,
@@ -432,6 +434,7 @@ class Claims:
             last_seq=reply.last_seq,
             delivered_upto=reply.delivered_upto,
             outbound_pubrel=list(reply.outbound_pubrel),
+            unconfirmed=reply.unconfirmed,
         )
 
     async def _move_queue(

@@ -46,6 +46,7 @@ class _Given:
     epoch: int  # the queue's epoch here
     session: Session
     last_seq: int
+    unconfirmed: bool = False  # the connection's end was not confirmed (``Takeovers.run``)
 
 
 @dataclass(slots=True)
@@ -61,6 +62,7 @@ class Taken:
     last_seq: int = 0
     delivered_upto: int = 0  # in the old queue's seqs, as ``outbound_pubrel``
     outbound_pubrel: list[int] = field(default_factory=list)
+    unconfirmed: bool = False  # the old connection may have sent what no mark records
 
 
 class Giver:
@@ -93,13 +95,14 @@ class Giver:
         if s is None and given is None:
             return quorum_pb2.HandoverReply(present=False)
         if s is not None:
+            confirmed = True
             if s.online or s.recovered:
                 step = NotifyTakeover(s.listener_id, key, s.epoch, req.epoch, req.node)
-                await r.takeovers.run(step, s)
+                confirmed = await r.takeovers.run(step, s)
                 s = r.table.get(key) or s
             r.table.forget(key, s.epoch)
             await r.committer.sync(key)
-            given = _Given(s.epoch, s, 0)
+            given = _Given(s.epoch, s, 0, not confirmed)
             self._given[key] = given
             log.emit(
                 "session.handover",
@@ -116,6 +119,7 @@ class Giver:
             persistent=s.persistent,
             session_expiry=min(s.session_expiry, 0xFFFFFFFF),
             proto_ver=s.proto_ver,
+            unconfirmed=given.unconfirmed,
         )
         if not s.queued or req.keep_queue:
             # keep_queue: a replicated queue, of which this node holds a replica.
@@ -138,9 +142,9 @@ class Giver:
             entries, state = await r.backends.read_queue(key, given.epoch, 0)
         reply.entries.extend(entries)
         reply.inbound_qos2.extend(state.inbound_qos2)
-        reply.delivered_upto = state.delivered_upto
         reply.outbound_pubrel.extend(state.outbound_pubrel)
         given.last_seq = entries[-1].seq if entries else state.last_seq
+        reply.delivered_upto = given.last_seq if given.unconfirmed else state.delivered_upto
         reply.last_seq = given.last_seq
         return reply
 
