@@ -22,6 +22,7 @@ class Copy:
     log: ReplicaLog
     replicas: tuple[str, ...]
     max_len: int
+    follows: bool = False  # fenced by a newer primary (a replica's copy until an Open here)
 
 
 def read_copy(store: QueueStore, sid: SessionKey) -> Copy | None:
@@ -40,7 +41,7 @@ def read_copy(store: QueueStore, sid: SessionKey) -> Copy | None:
     if not meta.exists:
         return None
     rec = ReplRecord.decode(rec_raw)
-    return Copy(as_log(meta, rec, meta.acked), rec.replicas, meta.max_len)
+    return Copy(as_log(meta, rec, meta.acked), rec.replicas, meta.max_len, meta.replica)
 
 
 def read_entries(

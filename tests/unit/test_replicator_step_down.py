@@ -75,6 +75,10 @@ def test_a_superseded_primary_fails_what_reaches_its_copy_and_fences_it() -> Non
                     break
                 await asyncio.sleep(0.01)
             assert status == AppendStatus.STALE_EPOCH
+            # a rebuild under way from before (an append out of step spawns one) finds
+            # the fenced copy and leads nothing: the queue stays stepped down
+            await rep.opened(C1)
+            assert C1 not in rep.queues and rep.stepped_down == {C1: 6}
             # an Open here makes this node the primary again
             rep.pause(C1)
             state = await committer.submit(OpenQueue(C1, 7, True, replicas=("a", "b")))

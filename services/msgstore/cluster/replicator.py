@@ -240,7 +240,6 @@ class Replicator:
         ``continuing``: this node stays the primary (an Open), so the entries it wrote
         under its earlier epochs count as its own (``Primary.floor``); False after a
         failover, which may have chosen another history."""
-        self.stepped_down.pop(sid, None)
         try:
             async with self._exclusive(sid):
                 await self._rebuild(sid, continuing)
@@ -265,7 +264,9 @@ class Replicator:
         old = self.queues.pop(sid, None)
         waiters = old.waiters if old is not None else []
         state_waiters = old.state_waiters if old is not None else []
-        if copy is None or not copy.replicas or copy.replicas[0] != self.node:
+        if copy is None or copy.follows or not copy.replicas or copy.replicas[0] != self.node:
+            # Not ours to lead: not replicated, another node's copy, or fenced by a newer
+            # primary (only an Open here, which a failover here writes too, leads again).
             for _, fut in (*waiters, *state_waiters):
                 if not fut.done():
                     fut.set_exception(LookupError("the queue is no longer replicated from here"))
@@ -284,6 +285,7 @@ class Replicator:
             qp.pubrel_sent = old.pubrel_sent
             qp.state_waiters = old.state_waiters
         self.queues[sid] = qp
+        self.stepped_down.pop(sid, None)
         if old is None or old.replicas != qp.replicas or old.primary.epoch != qp.primary.epoch:
             log.emit(
                 "queue.replicated",
