@@ -41,7 +41,8 @@ class Client:
     reconnect: bool = True  # paho reconnects by itself after a lost connection
     host: str = "127.0.0.1"
     messages: queue.Queue[Received] = field(default_factory=queue.Queue)
-    acked: list[int] = field(default_factory=list)
+    acked: list[int] = field(default_factory=list)  # tags answered with success
+    refused: list[tuple[int, int]] = field(default_factory=list)  # (tag, failure code)
     connack: threading.Event = field(default_factory=threading.Event)
     disconnected: threading.Event = field(default_factory=threading.Event)
     reason_code: Any = None
@@ -92,7 +93,12 @@ class Client:
     def _on_publish(self, c: Any, u: Any, mid: int, rc: Any, props: Any) -> None:
         with self._lock:
             tag = self._mids.pop(mid, None)
-        if tag is not None:
+        if tag is None:
+            return
+        code = getattr(rc, "value", rc)  # a v5 PUBACK's reason code; 0 for 3.1.1
+        if code >= 0x80:
+            self.refused.append((tag, code))
+        else:
             self.acked.append(tag)
 
     def _on_disconnect(self, c: Any, u: Any, flags: Any, rc: Any, props: Any = None) -> None:
@@ -141,6 +147,11 @@ class Client:
             with self._lock:
                 self._mids[info.mid] = tag
         return info
+
+    def unanswered(self) -> int:
+        """Tagged publishes still waiting for their PUBACK (or PUBCOMP)."""
+        with self._lock:
+            return len(self._mids)
 
     def take(self, n: int, timeout: float = 15) -> list[Received]:
         out = []

@@ -15,6 +15,7 @@ is another node's, and open the queue here as its primary with the new replica s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -26,12 +27,15 @@ from services.msgstore.cluster.replicator import Replicator
 from services.msgstore.committer import Committer
 from services.msgstore.convert import session_key, state_to_pb
 from services.msgstore.model import (
+    Ack,
+    BatchResult,
     DeleteQueue,
     FenceQueue,
     OpenQueue,
     QueueState,
     ReplicaState,
     ReplicaWrite,
+    WriteBatch,
 )
 from services.msgstore.queue import QueueStore
 from services.msgstore.replica_reads import read_copy
@@ -235,6 +239,10 @@ class Failover:
                 why = f"keeping the delivery state of {newest}: {done.reason}"
                 failover_event(sid, epoch, "refused", newest, self.node, 0, why)
                 return state_to_pb(QueueState(sid, error=why))
+        error = await self._acked_as_anywhere(sid, epoch, held)
+        if error:
+            failover_event(sid, epoch, "refused", chosen, self.node, 0, error)
+            return state_to_pb(QueueState(sid, error=error))
         self.replicator.pause(sid)
         job = OpenQueue(sid, epoch, True, False, request.max_len, tuple(request.replicas))
         try:
@@ -245,6 +253,28 @@ class Failover:
         kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept"
         failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)
         return state_to_pb(state)
+
+    async def _acked_as_anywhere(
+        self, sid: SessionKey, epoch: int, held: Mapping[str, ReplicaState]
+    ) -> str:
+        """Acknowledge here what any copy read holds as acknowledged; why not ("" when
+        done). Acks reach the replicas lazily, so the most up-to-date log may lag the
+        old primary's acknowledged index (its client acked, then left): without this
+        the new primary resends what the client already acknowledged (S8). Sound
+        because a client only acks what was delivered, which was committed first, so
+        every copy's history holds the same entry at that seq."""
+        acked = max((a.base[1] for a in held.values()), default=0)
+        here = await asyncio.to_thread(self.store.state, sid)
+        if not here.exists or acked <= here.acked:
+            return ""
+        seqs = tuple(range(here.acked + 1, min(acked, here.last_seq) + 1))
+        if not seqs:
+            return ""
+        done = await self.committer.submit(WriteBatch(0, acks=(Ack(sid, epoch, seqs),)))
+        assert isinstance(done, BatchResult)
+        if done.error or done.stale_acks:
+            return f"acknowledging up to {acked}: {done.error or 'stale epoch'}"
+        return ""
 
     async def _state_of(
         self, sid: SessionKey, node: str, epoch: int, fenced: ReplicaState
