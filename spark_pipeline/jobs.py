@@ -53,6 +53,7 @@ def table_builders(
             cache(audit.publisher_order(events)),
             cache(audit.delivery_pairs(events)),
             audit.acks(events),
+            audit.refusals(events),
             expectations,
         ),
         "drops": lambda: ops.drops(events),

@@ -116,10 +116,11 @@ class Scan:
     published: dict[str, tuple[LineKey, str, str, int]] = field(default_factory=dict)
     pairs: dict[tuple[str, str], _Pair] = field(default_factory=dict)
     acked: set[tuple[str, str]] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
 
 
 def scan(files: Sequence[Path]) -> Scan:
-    """One pass: published messages, delivery pairs, acks, line counts."""
+    """One pass: published messages, delivery pairs, acks, refusals, line counts."""
     s = Scan()
     for path in files:
         for key, rec in _iter_file(path):
@@ -154,6 +155,8 @@ def _collect(s: Scan, key: LineKey, rec: dict[str, object]) -> None:
             pair.publisher = pub
     elif event == "message.acked" and isinstance(client, str):
         s.acked.add((msg_id, client))
+    elif event == "message.refused":
+        s.refused.add(msg_id)
 
 
 def audit(s: Scan, expectations: Sequence[Expectation] | None = None) -> dict[str, int]:
@@ -214,7 +217,7 @@ def _summarise(
 ) -> dict[str, int]:
     keys = set(pairs) | expected
     out = dict.fromkeys(
-        ("lost", "duplicated", "out_of_order", "unacked", "unexpected", "orphans"), 0
+        ("lost", "refused", "duplicated", "out_of_order", "unacked", "unexpected", "orphans"), 0
     )
     streams: dict[tuple[str, str], list[tuple[LineKey, int]]] = defaultdict(list)
     publishers: set[str] = set()
@@ -226,7 +229,9 @@ def _summarise(
             publishers.add(publisher)
         delivered = pair is not None
         is_expected = (msg_id, sub) in expected
-        out["lost"] += is_expected and not delivered
+        refused = msg_id in s.refused
+        out["refused"] += refused
+        out["lost"] += is_expected and not delivered and not refused
         if pair is None:
             continue
         out["duplicated"] += pair.deliveries > 1

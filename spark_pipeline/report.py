@@ -101,7 +101,7 @@ def headline(data: ReportData) -> str:
         f"latency       p50 {g(h, 'p50_us')} us, p99 {g(h, 'p99_us')} us, max {g(h, 'max_us')} us",
         f"audit         {g(a, 'pairs')} pairs: {g(a, 'lost')} lost, "
         f"{g(a, 'duplicated')} duplicated, {g(a, 'out_of_order')} out of order, "
-        f"{g(a, 'unacked')} unacked",
+        f"{g(a, 'unacked')} unacked, {g(a, 'refused')} refused",
         f"netsplits     {len(data.netsplits)}",
     ]
     if "corrupt_lines" in h:

@@ -115,6 +115,7 @@ USED_FIELDS: Final[dict[str, dict[str, str]]] = {
     },
     "message.acked": {"msg_id": "str", "client_id": "str"},
     "message.dropped": {"msg_id": "str", "client_id": "str", "qos": "int", "reason": "str"},
+    "message.refused": {"msg_id": "str"},
     "message.expired": {"msg_id": "str", "client_id": "str"},
     "netsplit.detected": {"unreachable": "list[str]", "members": "int"},
     "netsplit.healed": {"duration_s": "float", "members": "int"},

@@ -7,8 +7,11 @@ past it, so each log file is in time order as a real one is. Delivery to a
 (publisher, subscriber) pair never overtakes an earlier one, so the logs are ordered
 unless a fault is injected. Faults (QoS >= 1 pairs only, at most one per pair and
 message): *lose* (never delivered), *duplicate* (redelivered with DUP later), *reorder*
-(held back and delivered right after the pair's next message). ``Truth`` records what
-was injected; with the matching expect file the audit must find exactly that.
+(held back and delivered right after the pair's next message). *refuse* acts on a whole
+QoS >= 1 message: its publisher is refused (``message.refused``), and either no
+subscriber gets it or every subscriber does (even odds); no other fault hits it, and the
+audit must count it ``refused``, never ``lost``. ``Truth`` records what was injected;
+with the matching expect file the audit must find exactly that.
 Files rotate like ``RotatingFileHandler`` (see ``rotating``).
 """
 
@@ -43,6 +46,7 @@ class SynthConfig:
     lose: float = 0.0
     duplicate: float = 0.0
     reorder: float = 0.0
+    refuse: float = 0.0
     corrupt: int = 0
     rotate_bytes: int = 64 * 1024 * 1024
     seed: int = 1
@@ -59,6 +63,8 @@ class Truth:
     lost: int = 0
     duplicated: int = 0
     reordered: int = 0
+    refused: int = 0  # messages whose publisher was refused
+    refused_pairs: int = 0  # their (message, subscriber) pairs under the expect file
     corrupt_lines: int = 0
     expect: list[dict[str, object]] = field(default_factory=list)
 
@@ -210,6 +216,28 @@ def _deliver(
         )
 
 
+def _refuse(g: _Generator, pk: tuple[int, int], msg: tuple[str, int, str, int]) -> bool:
+    """Refuse ``msg``'s publisher; True if no subscriber is to get the message."""
+    msg_id, t, topic, qos = msg
+    p = pk[0]
+    code, reason = g.rng.choice(((0x80, "store_error"), (0x83, "netsplit")))
+    g.emit(
+        t + 300 + g.rng.randrange(500),
+        p % g.cfg.nodes,
+        "listener",
+        "message.refused",
+        msg_id=msg_id,
+        client_id=f"pub-{p:03d}",
+        topic=topic,
+        qos=qos,
+        reason_code=code,
+        reason=reason,
+    )
+    g.truth.refused += 1
+    g.truth.refused_pairs += len(g.fanout[pk])
+    return g.rng.random() < 0.5
+
+
 def _publish(g: _Generator, i: int, t: int) -> None:
     cfg, rng = g.cfg, g.rng
     p, k = rng.randrange(cfg.publishers), rng.randrange(cfg.topics)
@@ -233,6 +261,9 @@ def _publish(g: _Generator, i: int, t: int) -> None:
         mountpoint="",
     )
     g.truth.messages += 1
+    refused = qos >= 1 and cfg.refuse > 0 and rng.random() < cfg.refuse
+    if refused and _refuse(g, (p, k), (msg_id, t, topic, qos)):
+        return
     for j in g.fanout[(p, k)]:
         pair, msg = (p, j), (msg_id, t, topic, qos)
         at = max(t + g.latency(), g.last.get(pair, 0) + 1)
@@ -254,7 +285,7 @@ def _publish(g: _Generator, i: int, t: int) -> None:
                 _deliver(g, pair, msg, at)
             continue
         held = g.pending.pop(pair, None)
-        roll = rng.random() if held is None else 1.0
+        roll = rng.random() if held is None and not refused else 1.0
         if roll < cfg.lose:
             g.truth.lost += 1
             continue

@@ -267,6 +267,19 @@ _SPECS: Final = [
         reason="str",
     ),
     _e(
+        "message.refused",
+        "A QoS >= 1 publish was answered with a failure reason code (reason_code, 0x80 or "
+        "above): a copy could not be made durable, or this node refuses publishes in a "
+        "netsplit. The publisher keeps the message and sends it again; nothing was "
+        "acknowledged. Logged when message events are on, as message.published is.",
+        msg_id="str",
+        client_id="str",
+        topic="str",
+        qos="int",
+        reason_code="int",
+        reason="str",
+    ),
+    _e(
         "message.expired",
         "A message's expiry interval passed before delivery.",
         msg_id="str",

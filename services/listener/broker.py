@@ -194,6 +194,7 @@ class Broker:
         self._drop(msg.msg_id, msg.publisher, msg.topic, msg.qos, "netsplit")
         if token is not None:
             client.routed(token, _SPLIT, self.split_reason)
+            self._refused(msg, _SPLIT, "netsplit")
 
     # -- publish ---------------------------------------------------------------------
     def route(
@@ -207,7 +208,9 @@ class Broker:
         if not internal:
             self.metrics.published[msg.qos].inc()
         countdown = (
-            Countdown(client, token, self) if token is not None and client is not None else None
+            Countdown(client, token, self, msg)
+            if token is not None and client is not None
+            else None
         )
         if msg.retain:
             self._update_retained(msg, countdown)
@@ -332,9 +335,25 @@ class Broker:
         opts = self.router.trie.options_of(key)
         return opts is not None and opts.persistent
 
-    def store_failed(self, reason: str) -> None:
+    def refused(self, msg: Message, reason: str) -> None:
+        """Outcomes: a copy of ``msg`` failed, and its publisher gets 0x80."""
         self.metrics.store_errors.inc()
         log.emit("store.error", "error", op="append", reason=reason)
+        self._refused(msg, _UNSPECIFIED, reason)
+
+    def _refused(self, msg: Message, code: int, reason: str) -> None:
+        """The publisher learns ``msg`` was not taken: the audit must not expect it."""
+        if msg.qos and log.message_events_enabled():
+            log.emit(
+                "message.refused",
+                "info",
+                msg_id=msg.msg_id,
+                client_id=msg.publisher,
+                topic=msg.topic,
+                qos=msg.qos,
+                reason_code=code,
+                reason=reason,
+            )
 
     def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None:
         msg = out.message

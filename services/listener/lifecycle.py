@@ -224,8 +224,16 @@ class Lifecycle:
             self.router.released(key)
         # Acks and marks of this connection are durable, and its subscriptions in gossip,
         # before the registry may end the session (a clean one's end needs no task).
-        writes = self.meta.pending.get(key)
         args = (key, conn.epoch, action.session_expiry, action.reason, action.taken_over)
+        self._report_when_written(args, self.meta.pending.get(key))
+
+    def _report_when_written(
+        self,
+        args: tuple[SessionKey, int, int, str, bool],
+        writes: list[asyncio.Future[None]] | None,
+    ) -> None:
+        """Report a connection's end once its store writes (and ``writes``, its gossip
+        writes) are answered: at once when they are (no task), else after them."""
         if self.store.settled() and not writes:
             self._report_ended(*args)
         else:
@@ -282,14 +290,10 @@ class Lifecycle:
             return
         if conn is None or conn.epoch < old_epoch:
             self._remember_early(sk, old_epoch)
-        args = (sk, old_epoch, 0, "taken_over", True)
-        if self.store.settled():
-            self._report_ended(*args)
-        else:
-            # The connection's last acks and marks may still be on their way to the
-            # store (a write held for the replicas): the new owner's epoch would fence
-            # them, and its replay resend what was acknowledged, without DUP.
-            self.spawn(self._ended_later(self.store.flush(), [], *args), "ended")
+        # The connection's last acks and marks may still be on their way to the store
+        # (a write held for the replicas): the new owner's epoch would fence them, and
+        # its replay resend what was acknowledged, without DUP.
+        self._report_when_written((sk, old_epoch, 0, "taken_over", True), None)
 
     def _remember_early(self, key: SessionKey, epoch: int) -> None:
         now = time.monotonic()

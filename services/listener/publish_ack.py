@@ -44,7 +44,9 @@ class Outcomes(Protocol):
 
     def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None: ...
 
-    def store_failed(self, reason: str) -> None: ...
+    def refused(self, msg: Message, reason: str) -> None:
+        """``msg``'s publisher is answered 0x80: a copy of it failed (``reason``)."""
+        ...
 
     def persistent(self, key: SessionKey) -> bool:
         """Whether ``key``'s session outlives its connections (its subscriptions say)."""
@@ -142,15 +144,16 @@ class Countdown:
     so the publisher is never acknowledged for a message that is not on disk (I1).
     """
 
-    __slots__ = ("broker", "code", "conn", "failure", "left", "token")
+    __slots__ = ("broker", "code", "conn", "failure", "left", "msg", "token")
 
-    def __init__(self, conn: ClientPort, token: int, broker: Outcomes) -> None:
+    def __init__(self, conn: ClientPort, token: int, broker: Outcomes, msg: Message) -> None:
         self.left = 0
         self.conn = conn
         self.token = token
         self.code: int | None = None  # set by ``arm``
         self.broker = broker
         self.failure: str | None = None
+        self.msg = msg
 
     def arm(self, code: int) -> None:
         self.code = code
@@ -174,7 +177,7 @@ class Countdown:
 
     def _answer(self) -> None:
         if self.failure is not None:
-            self.broker.store_failed(self.failure)
+            self.broker.refused(self.msg, self.failure)
             self.conn.routed(self.token, ReasonCode.UNSPECIFIED_ERROR)
         else:
             assert self.code is not None

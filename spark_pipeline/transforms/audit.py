@@ -14,16 +14,25 @@ from, every message of that publisher on that topic whose ``pub_seq`` lies betwe
 first and last one it received. A message lost before the first or after the last
 delivery is therefore only caught with an expect file.
 
-*Verdicts* per pair: ``lost`` = expected, never delivered; ``duplicated`` = delivered
-more than once (DUP flag or not); ``out_of_order`` = its first delivery came after the
-first delivery of a message with a higher ``pub_seq`` from the same publisher to the
-same subscriber; ``unacked`` = delivered at QoS >= 1 and never acknowledged;
-``unexpected`` = delivered to a subscriber whose filters do not cover it; an orphan is a
-delivery whose ``message.published`` is not in the logs (judged by the deliveries rule,
-never out of order).
+*Refused messages.* A message with a ``message.refused`` line (any node, by
+``msg_id``) was answered to its publisher with a failure reason code: the publisher was
+not acknowledged and keeps the message (what it sends again is another publish, logged
+as such). The broker's promise is about acknowledged messages only, so such a message
+is ``refused`` on every pair it has and never ``lost``, whether or not some copies of it
+were delivered anyway. Refusal changes nothing else: the message keeps its place in
+``pub_seq``, is expected as any other, and a delivery of it is judged as any delivery.
 
-Worked example: publisher P sends m1..m5 on t; subscriber S receives m1, m3, m2, m5,
-m5. Expected = m1..m5; m4 lost; m5 duplicated; m2 out of order (m3 came first).
+*Verdicts* per pair: ``lost`` = expected, never delivered, and not refused;
+``duplicated`` = delivered more than once (DUP flag or not); ``out_of_order`` = its
+first delivery came after the first delivery of a message with a higher ``pub_seq``
+from the same publisher to the same subscriber; ``unacked`` = delivered at QoS >= 1 and
+never acknowledged; ``unexpected`` = delivered to a subscriber whose filters do not
+cover it; an orphan is a delivery whose ``message.published`` is not in the logs
+(judged by the deliveries rule, never out of order).
+
+Worked example: publisher P sends m1..m6 on t, and P is refused m5; subscriber S
+receives m1, m3, m2, m6, m6. Expected = m1..m6; m4 lost; m5 refused, not lost; m6
+duplicated; m2 out of order (m3 came first).
 """
 
 from __future__ import annotations
@@ -92,6 +101,16 @@ def acks(events: DataFrame) -> DataFrame:
     )
 
 
+def refusals(events: DataFrame) -> DataFrame:
+    """The ids of the messages whose publisher was refused, once each (``msg_id``)."""
+    return (
+        of_event(events, "message.refused")
+        .where(F.col("msg_id").isNotNull())
+        .select("msg_id")
+        .distinct()
+    )
+
+
 def expected_from_deliveries(audited: DataFrame, pairs: DataFrame) -> DataFrame:
     """Pairs implied by deliveries: the (publisher, topic) ranges each subscriber saw."""
     seen = pairs.select(*PAIR).join(
@@ -138,7 +157,11 @@ def expected_pairs(
 def audit_events(events: DataFrame, expectations: DataFrame | None = None) -> DataFrame:
     """``delivery_audit`` straight from the events frame."""
     return delivery_audit(
-        publisher_order(events), delivery_pairs(events), acks(events), expectations
+        publisher_order(events),
+        delivery_pairs(events),
+        acks(events),
+        refusals(events),
+        expectations,
     )
 
 
@@ -146,12 +169,14 @@ def delivery_audit(
     pub: DataFrame,
     pairs: DataFrame,
     acked: DataFrame,
+    refused: DataFrame,
     expectations: DataFrame | None = None,
 ) -> DataFrame:
     """One row per audited (message, subscriber) pair with its verdicts.
 
-    Inputs are ``publisher_order``, ``delivery_pairs`` and ``acks`` of the same events
-    (separate so that a job can persist the first two: each is read several times).
+    Inputs are ``publisher_order``, ``delivery_pairs``, ``acks`` and ``refusals`` of the
+    same events (separate so that a job can persist the first two: each is read several
+    times).
     """
     audited = pub.where(F.col("qos") >= 1)
     pairs = pairs.join(pub.select("msg_id", F.col("qos").alias("_pqos")), "msg_id", "left")
@@ -161,6 +186,7 @@ def delivery_audit(
         pairs.join(expected, PAIR, "full_outer")
         .join(pub, "msg_id", "left")
         .join(acked, PAIR, "left")
+        .join(refused.select("msg_id", F.lit(True).alias("_refused")), "msg_id", "left")
     )
     delivered = F.coalesce(F.col("deliveries"), F.lit(0)) > 0
     published = F.col("pub_seq").isNotNull()
@@ -173,6 +199,7 @@ def delivery_audit(
         "pub_seq",
         published.alias("published"),
         "published_at",
+        F.coalesce(F.col("_refused"), F.lit(False)).alias("refused"),
         F.coalesce(F.col("_exp"), F.lit(False)).alias("expected"),
         delivered.alias("delivered"),
         F.coalesce(F.col("deliveries"), F.lit(0)).cast("long").alias("deliveries"),
@@ -190,7 +217,7 @@ def delivery_audit(
     prior_max = F.max(F.when(judged, F.col("pub_seq"))).over(before)
     return rows.select(
         *[c for c in rows.columns if c != "_first"],
-        (F.col("expected") & ~F.col("delivered")).alias("lost"),
+        (F.col("expected") & ~F.col("delivered") & ~F.col("refused")).alias("lost"),
         (F.col("deliveries") > 1).alias("duplicated"),
         F.coalesce(judged & (prior_max > F.col("pub_seq")), F.lit(False)).alias("out_of_order"),
         (
@@ -212,6 +239,7 @@ SUMMARY_COLUMNS = (
     "delivered",
     "deliveries",
     "lost",
+    "refused",
     "duplicated",
     "out_of_order",
     "unacked",
@@ -232,6 +260,7 @@ def audit_summary(audit: DataFrame) -> DataFrame:
         count_if(F.col("delivered")).alias("delivered"),
         F.coalesce(F.sum("deliveries"), F.lit(0)).cast("long").alias("deliveries"),
         count_if(F.col("lost")).alias("lost"),
+        count_if(F.col("refused")).alias("refused"),
         count_if(F.col("duplicated")).alias("duplicated"),
         count_if(F.col("out_of_order")).alias("out_of_order"),
         count_if(F.col("unacked")).alias("unacked"),

@@ -15,7 +15,8 @@ The model:
   sent). A publish is **acknowledged** when its PUBACK (QoS 1) or its PUBREC and PUBCOMP
   (QoS 2) came back with a reason code below 0x80. A publish refused (0x80 …), or without
   an answer because its node died or stalled, is **indeterminate**: it may or may not be
-  delivered, and it constrains nothing.
+  delivered, and it constrains nothing (the report counts the (subscriber, publish)
+  pairs of those that arrived and of those that did not).
 - A **subscriber** has one persistent session, subscribed to a fixed set of publisher
   topics before the first publish and never unsubscribed; it goes offline and comes back
   on any node. Every message it receives is recorded with its QoS and DUP flag, in the
@@ -150,6 +151,9 @@ class Report:
     duplicates_allowed: int = 0  # QoS 1 redeliveries with DUP set
     indeterminate_delivered: int = 0  # unacknowledged publishes that arrived anyway
     late_indeterminate: int = 0  # of which arrived behind a later seq
+    # (subscriber, unacknowledged publish of a topic it subscribed to) pairs that never
+    # arrived: the most a log-based audit may count lost beyond the checker's ``lost``
+    indeterminate_undelivered: int = 0
     session_resumes: int = 0
 
     @property
@@ -178,6 +182,7 @@ class Report:
             "duplicates_allowed": self.duplicates_allowed,
             "indeterminate_delivered": self.indeterminate_delivered,
             "late_indeterminate": self.late_indeterminate,
+            "indeterminate_undelivered": self.indeterminate_undelivered,
             "session_resumes": self.session_resumes,
             "lost_runs": {k: v[:limit] for k, v in self.lost_runs().items()},
             "examples": {
@@ -301,7 +306,11 @@ def check(history: History) -> Report:
 
     for sub in history.subscribers:
         for p in history.publishes:
-            if p.acked and p.topic in sub.topics and p.seq not in first[(sub.name, p.publisher)]:
+            if p.topic not in sub.topics or p.seq in first[(sub.name, p.publisher)]:
+                continue
+            if not p.acked:
+                report.indeterminate_undelivered += 1
+            else:
                 report.violations.append(
                     Violation(
                         "lost",

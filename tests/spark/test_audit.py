@@ -55,6 +55,20 @@ def ack(i: int, sec: float, sub: str = "S") -> dict[str, Any]:
     }
 
 
+def refused(i: int, sec: float, code: int = 0x80) -> dict[str, Any]:
+    return {
+        "ts": f"2026-11-22T07:05:{sec:09.6f}Z",
+        "event": "message.refused",
+        "node": "dev1",
+        "msg_id": f"m{i}",
+        "client_id": "P",
+        "topic": "t",
+        "qos": 1,
+        "reason_code": code,
+        "reason": "store_error",
+    }
+
+
 def rows(df: DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["msg_id"], r["subscriber"]): r.asDict() for r in df.collect()}
 
@@ -165,3 +179,51 @@ def test_expect_marks_deliveries_outside_filters_unexpected(spark: SparkSession)
     exp = expectations_frame(spark, [Expectation("S", "a", None)])
     audit = rows(audit_events(events_from_records(spark, recs), exp))
     assert {k for k, r in audit.items() if r["unexpected"]} == {("m2", "S")}
+
+
+def test_a_refused_message_never_delivered_is_not_lost(spark: SparkSession) -> None:
+    """P was refused m2 (and m4, after the last delivery): nothing was promised for them."""
+    recs = [pub(i, i) for i in range(1, 5)]
+    recs += [refused(2, 2.5), refused(4, 4.5, code=0x83), refused(4, 4.6)]
+    recs += [dl(1, 1), dl(3, 2)]
+    exp = expectations_frame(spark, [Expectation("S", "t", None)])
+    df = audit_events(events_from_records(spark, recs), exp).cache()
+    audit = rows(df)
+    assert set(audit) == {(f"m{i}", "S") for i in range(1, 5)}
+    assert flagged(audit, "refused") == {"m2", "m4"}
+    assert flagged(audit, "lost") == set()
+    assert audit[("m2", "S")]["expected"] and not audit[("m2", "S")]["delivered"]
+    s = summary(df)
+    assert (s["pairs"], s["expected"], s["lost"], s["refused"]) == (4, 4, 0, 2)
+    df.unpersist()
+
+
+def test_a_refused_message_that_is_delivered_is_judged_as_any_delivery(
+    spark: SparkSession,
+) -> None:
+    """m2 was refused, yet S got it (late, twice): not lost, not unexpected, but still out
+    of order and duplicated; m4, not refused, is lost as before."""
+    recs = [pub(i, i) for i in range(1, 6)] + [refused(2, 2.5)]
+    recs += [dl(1, 1), dl(3, 2), dl(2, 3), dl(2, 4, dup=True), dl(5, 5)]
+    recs += [ack(i, 10 + i) for i in (1, 3, 5)]
+    df = audit_events(events_from_records(spark, recs)).cache()
+    audit = rows(df)
+    m2 = audit[("m2", "S")]
+    assert m2["refused"] and m2["delivered"] and m2["expected"]
+    assert not m2["lost"] and not m2["unexpected"]
+    assert m2["out_of_order"] and m2["duplicated"] and m2["unacked"]
+    assert flagged(audit, "lost") == {"m4"}
+    assert flagged(audit, "refused") == {"m2"}
+    s = summary(df)
+    assert (s["lost"], s["refused"], s["duplicated"], s["out_of_order"]) == (1, 1, 1, 1)
+    assert s["unexpected"] == 0
+    df.unpersist()
+
+
+def test_refusal_of_a_message_to_several_subscribers_counts_each_pair(
+    spark: SparkSession,
+) -> None:
+    recs = [pub(1, 1), pub(2, 2), refused(2, 2.5), dl(1, 1, "S"), dl(1, 1, "T"), dl(2, 2, "T")]
+    exp = expectations_frame(spark, [Expectation("S", "t", None), Expectation("T", "#", None)])
+    s = summary(audit_events(events_from_records(spark, recs), exp))
+    assert (s["pairs"], s["lost"], s["refused"], s["unexpected"]) == (4, 0, 2, 0)

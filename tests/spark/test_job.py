@@ -225,6 +225,7 @@ def test_spark_audit_agrees_with_reference_and_truth(spark: SparkSession, tmp_pa
         lose=0.03,
         duplicate=0.03,
         reorder=0.03,
+        refuse=0.03,
         corrupt=3,
         rotate_bytes=50_000,
         seed=3,
@@ -244,6 +245,7 @@ def test_spark_audit_agrees_with_reference_and_truth(spark: SparkSession, tmp_pa
         truth.duplicated,
         truth.reordered,
     )
+    assert want["refused"] == truth.refused_pairs > 0
     events.unpersist()
 
 

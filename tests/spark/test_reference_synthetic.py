@@ -14,7 +14,13 @@ from spark_pipeline.rotating import RotatingWriter
 from spark_pipeline.synthetic import SynthConfig, Truth, generate
 
 FAULTY = SynthConfig(
-    events=6_000, lose=0.02, duplicate=0.02, reorder=0.02, corrupt=4, rotate_bytes=60_000
+    events=6_000,
+    lose=0.02,
+    duplicate=0.02,
+    reorder=0.02,
+    refuse=0.03,
+    corrupt=4,
+    rotate_bytes=60_000,
 )
 
 
@@ -60,7 +66,7 @@ def test_generated_logs_are_rotated_and_in_time_order(faulty_logs: tuple[Path, T
                     last, good = parsed[0], good + 1
     assert good == truth.events
     assert abs(truth.events - FAULTY.events) < 50
-    assert truth.lost and truth.duplicated and truth.reordered
+    assert truth.lost and truth.duplicated and truth.reordered and truth.refused
 
 
 def test_generation_is_deterministic(tmp_path: Path) -> None:
@@ -82,6 +88,7 @@ def test_reference_audit_finds_exactly_the_injected_faults(
         truth.duplicated,
         truth.reordered,
     )
+    assert got["refused"] == truth.refused_pairs > 0
     assert got["corrupt_lines"] == truth.corrupt_lines == 4
     assert got["unexpected"] == got["orphans"] == got["unacked"] == 0
 
@@ -127,6 +134,32 @@ def test_reference_worked_example(tmp_path: Path) -> None:
     )
     got = audit_logs(tmp_path)
     assert (got["expected"], got["lost"], got["duplicated"], got["out_of_order"]) == (5, 1, 1, 1)
+    assert got["refused"] == 0
+
+
+def test_reference_does_not_count_refused_messages_lost(tmp_path: Path) -> None:
+    """m2 refused and never delivered, m3 refused and delivered: neither is lost."""
+
+    def rec(event: str, i: int, s: int, client: str, **more: object) -> dict[str, object]:
+        return {
+            "ts": f"2026-11-22T07:05:{s:02d}Z",
+            "event": event,
+            "msg_id": f"m{i}",
+            "client_id": client,
+            "qos": 1,
+            **more,
+        }
+
+    records = [rec("message.published", i, i, "P", topic="t") for i in range(1, 6)]
+    records += [
+        rec("message.refused", 2, 6, "P", topic="t", reason_code=0x80, reason="store_error"),
+        rec("message.refused", 3, 7, "P", topic="t", reason_code=0x83, reason="netsplit"),
+    ]
+    records += [rec("message.delivered", i, 10 + i, "S") for i in (1, 3, 5)]
+    _write(tmp_path / "listener.jsonl", records)
+    got = audit_logs(tmp_path)
+    assert (got["pairs"], got["expected"], got["lost"], got["refused"]) == (5, 5, 1, 2)
+    assert got["unexpected"] == 0
 
 
 def test_ts_parsing() -> None:

@@ -40,7 +40,14 @@ def _data() -> ReportData:
     t = datetime(2026, 11, 22, 7, 5, tzinfo=UTC)
     return ReportData(
         headline={"sessions": 3, "clients": 2, "messages": 10, "p99_us": 900},
-        audit={"pairs": 7, "lost": 1, "duplicated": 0, "out_of_order": 2, "unacked": 0},
+        audit={
+            "pairs": 7,
+            "lost": 1,
+            "duplicated": 0,
+            "out_of_order": 2,
+            "unacked": 0,
+            "refused": 3,
+        },
         throughput=[(t, 10, 7)],
         latency=[(t, 100.0, 500.0, 900.0)],
         drops=[("queue_full", 4)],
@@ -51,6 +58,7 @@ def _data() -> ReportData:
 def test_headline_and_html() -> None:
     text = headline(_data())
     assert "1 lost" in text and "2 out of order" in text and "p99 900 us" in text
+    assert "3 refused" in text
     html = render_html(_data())
     assert html.count("<svg") == 3
     assert "dev3" in html

@@ -34,8 +34,8 @@ class Outcomes:
     def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None:
         self.drops.append(reason)
 
-    def store_failed(self, reason: str) -> None:
-        self.failures.append(reason)
+    def refused(self, msg: Message, reason: str) -> None:
+        self.failures.append(f"{msg.msg_id}: {reason}")
 
     def persistent(self, key: SessionKey) -> bool:
         return self._persistent
@@ -58,11 +58,12 @@ def test_no_queue_fails_the_publish_only_for_a_persistent_session(
 ) -> None:
     broker = Outcomes(persistent)
     publisher = Publisher()
-    countdown = Countdown(publisher, 7, broker)  # type: ignore[arg-type]
     msg = Message("m1", "t", b"x", 1, False, "pub", "", 0.0)
+    countdown = Countdown(publisher, 7, broker, msg)  # type: ignore[arg-type]
     queued = Queued(broker, KEY, None, msg, 1, False, (), countdown)
     countdown.left += 1
     countdown.arm(ReasonCode.SUCCESS)
     queued.done(msgstore_pb2.APPEND_NO_QUEUE, 0, "")
     assert publisher.answers == [(7, code)]
     assert broker.drops == (["session_moved"] if persistent else [])
+    assert broker.failures == (["m1: APPEND_NO_QUEUE"] if persistent else [])
