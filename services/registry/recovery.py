@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-from services.common import log
 from services.common.session_key import SessionKey
 from services.registry.backends import BackendError
 from services.registry.records import subs_ops
@@ -102,8 +101,7 @@ async def sweep_orphan_subs(
     subscriptions go once the register says they are this node's to drop
     (``claims.subscriptions_ours``); how many went. Waits (bounded) for a majority, as
     the check needs one; what cannot be checked stays, for the next restart."""
-    claims = registrar.claims
-    if claims is None or not keys:
+    if registrar.claims is None or not keys:
         return 0
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience
@@ -114,16 +112,7 @@ async def sweep_orphan_subs(
         async with registrar.locks.hold(key):
             if registrar.table.get(key) is not None:
                 continue  # registered again meanwhile: its subscriptions are its own
-            ours = await claims.subscriptions_ours(key, None)
-            log.emit(
-                "session.subscriptions_dropped" if ours else "session.subscriptions_kept",
-                "debug",
-                client_id=key[1],
-                mountpoint=key[0],
-                epoch=0,
-                reason="restart_orphan",
-            )
-            if not ours:
+            if not await registrar.subscriptions_ours(key, None, "restart_orphan"):
                 continue
             try:
                 await registrar.directory.write(subs_ops([key]))

@@ -472,21 +472,29 @@ class Registrar:
         async with self.locks.hold(key):
             if self.table.get(key) is not None:
                 return
-            ours = self._fences.get(key, 0) <= epoch
-            if ours and self.claims is not None:
-                ours = await self.claims.subscriptions_ours(key, epoch)
-            log.emit(
-                "session.subscriptions_dropped" if ours else "session.subscriptions_kept",
-                "debug",
-                client_id=key[1],
-                mountpoint=key[0],
-                epoch=epoch,
-                reason="unknown_connection",
-            )
-            if not ours:
+            if not await self.subscriptions_ours(key, epoch, "unknown_connection"):
                 return
             with suppress(BackendError):  # logged; dropped at the next restart's reconcile
                 await self.directory.write(subs_ops([key]))
+
+    async def subscriptions_ours(self, key: SessionKey, epoch: int | None, reason: str) -> bool:
+        """Whether this node may delete ``key``'s subscriptions, which its table does not
+        hold (call under the id's lock): not if it handed the session over at a newer
+        epoch (``fence``), nor, in a cluster, unless the id's register says so
+        (``ClusterClaims.subscriptions_ours``). ``epoch``: the ended connection's; None for
+        the start-up sweep. Says which, as a debug event (``reason``)."""
+        ours = epoch is None or self._fences.get(key, 0) <= epoch
+        if ours and self.claims is not None:
+            ours = await self.claims.subscriptions_ours(key, epoch)
+        log.emit(
+            "session.subscriptions_dropped" if ours else "session.subscriptions_kept",
+            "debug",
+            client_id=key[1],
+            mountpoint=key[0],
+            epoch=epoch or 0,
+            reason=reason,
+        )
+        return ours
 
     async def _publish_offline(self, session: Session) -> None:
         async with self.locks.hold(session.key):
