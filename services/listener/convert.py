@@ -282,7 +282,11 @@ def forwarded_body(
 
 
 def forward_batch(
-    sender: str, incarnation: int, acked: int, items: list[tuple[int, bytes]]
+    sender: str,
+    incarnation: int,
+    acked: int,
+    items: list[tuple[int, bytes]],
+    resent_upto: int = 0,
 ) -> bytes:
     """A ``ForwardBatch`` serialized, each item a ``(seq, forwarded_body)``: one join per
     batch, where the generated classes would build and copy a message per copy."""
@@ -302,6 +306,9 @@ def forward_batch(
         parts.append(_SMALL[n] if n < 0x80 else varint(n))
         parts.append(head)
         parts.append(body)
+    if resent_upto:
+        parts.append(b"\x28")
+        parts.append(varint(resent_upto))
     return b"".join(parts)
 
 

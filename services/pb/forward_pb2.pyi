@@ -26,16 +26,18 @@ class Forwarded(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., sub_ids: _Optional[_Iterable[int]] = ..., message: _Optional[_Union[_common_pb2.MqttMessage, _Mapping]] = ...) -> None: ...
 
 class ForwardBatch(_message.Message):
-    __slots__ = ("sender", "incarnation", "acked", "items")
+    __slots__ = ("sender", "incarnation", "acked", "items", "resent_upto")
     SENDER_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ACKED_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    RESENT_UPTO_FIELD_NUMBER: _ClassVar[int]
     sender: str
     incarnation: int
     acked: int
     items: _containers.RepeatedCompositeFieldContainer[Forwarded]
-    def __init__(self, sender: _Optional[str] = ..., incarnation: _Optional[int] = ..., acked: _Optional[int] = ..., items: _Optional[_Iterable[_Union[Forwarded, _Mapping]]] = ...) -> None: ...
+    resent_upto: int
+    def __init__(self, sender: _Optional[str] = ..., incarnation: _Optional[int] = ..., acked: _Optional[int] = ..., items: _Optional[_Iterable[_Union[Forwarded, _Mapping]]] = ..., resent_upto: _Optional[int] = ...) -> None: ...
 
 class ForwardAck(_message.Message):
     __slots__ = ("upto", "failed")

@@ -11,7 +11,10 @@ every copy taken is complete, plus the failed ones, so the sender can answer its
 publishers. A failure is repeated in every acknowledgement until the sender confirms
 it has heard an ``upto`` covering it (``confirm``, from each batch): an acknowledgement
 lost with a broken stream must not turn a failure into a success. A gap in ``seq``
-(the sender expired copies) is allowed.
+(the sender expired copies) is allowed. A new inbox for a sender that is resending
+(``ForwardBatch.resent_upto``) cannot know whether this node's previous run took those
+copies (and appended them to a queue a replica kept): it answers them as failed
+(``doubtful``), so their publishers send again, rather than queueing a second copy.
 
 Worked example::
 
@@ -37,6 +40,7 @@ class Inbox:
         "_new_failure",
         "_pending",
         "accepted",
+        "doubtful_upto",
         "last_seen",
     )
 
@@ -48,6 +52,9 @@ class Inbox:
         self._new_failure = False
         self._acked = 0  # the ``upto`` last returned by take_ack
         self.last_seen = now
+        # Copies up to here were sent to an earlier run of this node, which may have
+        # taken them: they are answered as failed, never routed (``doubtful``).
+        self.doubtful_upto = 0
 
     def accept(self, seq: int) -> bool:
         """True if ``seq`` is new and must be routed; False for a resent copy."""
@@ -56,6 +63,10 @@ class Inbox:
         self.accepted = seq
         self._pending[seq] = None
         return True
+
+    def doubtful(self, seq: int) -> bool:
+        """Whether ``seq`` (new here) may have been taken by this node's previous run."""
+        return seq <= self.doubtful_upto
 
     def complete(self, seq: int, ok: bool) -> None:
         if seq in self._pending:

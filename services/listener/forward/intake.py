@@ -36,6 +36,9 @@ def intake(
         if not inbox.accept(seq):
             resent += 1
             continue
+        if inbox.doubtful(seq):
+            complete(inbox, wakes, key, seq, "sent to an earlier run of this node")
+            continue
         taken += 1
         accept(item, partial(complete, inbox, wakes, key, seq), party)
     return taken, resent

@@ -44,11 +44,14 @@ class Outbox(Generic[T]):
     then not sent yet. Every operation is O(1) per copy it moves; one queue scanned past
     what was sent made each ``take`` cost the whole in-flight window."""
 
-    __slots__ = ("_sent", "_unsent", "capacity", "next_seq")
+    __slots__ = ("_sent", "_unsent", "capacity", "next_seq", "resent_upto")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.next_seq = 1
+        # The highest seq sent on a stream that broke before it was answered: the peer
+        # may have taken it (see ``ForwardBatch.resent_upto``).
+        self.resent_upto = 0
         self._sent: deque[tuple[int, T, float]] = deque()  # (seq, item, pushed at)
         self._unsent: deque[tuple[int, T, float]] = deque()
 
@@ -80,6 +83,8 @@ class Outbox(Generic[T]):
     def rewind(self) -> None:
         """The stream broke: send every unacknowledged copy again on the next one."""
         sent = self._sent
+        if sent:
+            self.resent_upto = max(self.resent_upto, sent[-1][0])
         while sent:
             self._unsent.appendleft(sent.pop())
 

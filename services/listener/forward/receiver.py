@@ -100,6 +100,9 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
             if inbox is None:
                 self._forget_idle()
                 inbox = self.inboxes[key] = Inbox()
+                # What the sender resends it may have sent to this node's previous run
+                # (or to this run, before an idle inbox was forgotten): unknown outcome.
+                inbox.doubtful_upto = batch.resent_upto
             inbox.last_seen = time.monotonic()
             if not attached:
                 attached.append(key)

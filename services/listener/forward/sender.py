@@ -149,6 +149,7 @@ class PeerLink:
                             self.forwarder.incarnation,
                             self.heard_upto,
                             [(seq, c.body) for seq, c in copies],
+                            self.outbox.resent_upto,
                         )
                     )
                     self.sent += len(copies)
