@@ -71,9 +71,8 @@ def test_acknowledged_messages_survive_random_faults(
     assert not errors, f"{where}: the harness failed:\n{text}"
     counts = result.report.counts()
     if not clean and set(k for k, n in counts.items() if n) <= KNOWN_DUPLICATES:
-        # Known and open: a forwarded copy appended twice, when it is sent again to a
-        # node that died after its append reached a replica, and once after a one-way
-        # cut (docs/fault-testing.md). Nothing is lost: only this may pass as expected.
+        # Known and open: a forwarded copy appended twice in a row after a one-way cut
+        # (docs/fault-testing.md). Nothing is lost: only this may pass as expected.
         pytest.xfail(f"{where}: only the known duplicates of a resent copy:\n{text}")
     assert clean, f"{where}: the checker found violations:\n{text}"
     assert not result.diverged, f"{where}: copies of a queue differ once quiet:\n{text}"
