@@ -100,25 +100,37 @@ async def sweep_orphan_subs(
     """The deferred half of :func:`_drop_orphan_subs`, for a cluster member: each key's
     subscriptions go once the register says they are this node's to drop
     (``claims.subscriptions_ours``); how many went. Waits (bounded) for a majority, as
-    the check needs one; what cannot be checked stays, for the next restart."""
+    the check needs one: a key whose register cannot be read yet (the node has just
+    started, its peers' addresses may not be known) is tried again, for ``patience``
+    seconds; what still cannot be checked stays, for the next restart."""
     if registrar.claims is None or not keys:
         return 0
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience
-    while not registrar.cluster().serving and loop.time() < deadline:
-        await asyncio.sleep(SWEEP_POLL)
     dropped = 0
-    for key in keys:
-        async with registrar.locks.hold(key):
-            if registrar.table.get(key) is not None:
-                continue  # registered again meanwhile: its subscriptions are its own
-            if not await registrar.subscriptions_ours(key, None, "restart_orphan"):
-                continue
-            try:
-                await registrar.directory.write(subs_ops([key]))
-            except BackendError:
-                return dropped  # logged; the next restart tries again
-            dropped += 1
+    pending = list(keys)
+    while pending:
+        if registrar.cluster().serving:
+            unknown = []
+            for key in pending:
+                async with registrar.locks.hold(key):
+                    if registrar.table.get(key) is not None:
+                        continue  # registered again meanwhile: its subscriptions are its own
+                    ours = await registrar.subscriptions_ours(key, None, "restart_orphan")
+                    if ours is None:
+                        unknown.append(key)
+                        continue
+                    if not ours:
+                        continue
+                    try:
+                        await registrar.directory.write(subs_ops([key]))
+                    except BackendError:
+                        return dropped  # logged; the next restart tries again
+                    dropped += 1
+            pending = unknown
+        if not pending or loop.time() >= deadline:
+            return dropped
+        await asyncio.sleep(SWEEP_POLL)
     return dropped
 
 

@@ -96,7 +96,7 @@ class ClusterClaims(Protocol):
 
     async def owns(self, session: Session) -> bool: ...
 
-    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool: ...
+    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool | None: ...
 
     def release(self, key: SessionKey, epoch: int) -> None: ...
 
@@ -473,17 +473,20 @@ class Registrar:
             if self.table.get(key) is not None:
                 return
             if not await self.subscriptions_ours(key, epoch, "unknown_connection"):
-                return
+                return  # not ours, or nobody can tell now: kept
             with suppress(BackendError):  # logged; dropped at the next restart's reconcile
                 await self.directory.write(subs_ops([key]))
 
-    async def subscriptions_ours(self, key: SessionKey, epoch: int | None, reason: str) -> bool:
+    async def subscriptions_ours(
+        self, key: SessionKey, epoch: int | None, reason: str
+    ) -> bool | None:
         """Whether this node may delete ``key``'s subscriptions, which its table does not
         hold (call under the id's lock): not if it handed the session over at a newer
         epoch (``fence``), nor, in a cluster, unless the id's register says so
-        (``ClusterClaims.subscriptions_ours``). ``epoch``: the ended connection's; None for
-        the start-up sweep. Says which, as a debug event (``reason``)."""
-        ours = epoch is None or self._fences.get(key, 0) <= epoch
+        (``ClusterClaims.subscriptions_ours``; None: it cannot be read now). ``epoch``:
+        the ended connection's; None for the start-up sweep. Says which, as a debug event
+        (``reason``)."""
+        ours: bool | None = epoch is None or self._fences.get(key, 0) <= epoch
         if ours and self.claims is not None:
             ours = await self.claims.subscriptions_ours(key, epoch)
         log.emit(

@@ -62,15 +62,19 @@ class _Gossip(Backends):
 class _Register:
     """The cluster side's answer for each id: is it this node's to drop?"""
 
-    def __init__(self, ours: set[SessionKey]) -> None:
+    def __init__(self, ours: set[SessionKey], unread: int = 0) -> None:
         self.ours = ours
+        self.unread = unread  # reads that cannot be made yet (no majority, peers unknown)
         self.asked: list[tuple[SessionKey, int | None]] = []
 
     def active(self) -> bool:
         return True
 
-    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool:
+    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool | None:
         self.asked.append((key, epoch))
+        if self.unread:
+            self.unread -= 1
+            return None
         return key in self.ours
 
 
@@ -164,5 +168,31 @@ def test_an_orphan_queue_is_deleted_at_its_own_epoch_not_the_reserved_one() -> N
         ]
         await recover(r, [], 47279)
         assert gossip.queues_deleted == [(A, 46255), (C, 47279)]
+
+    asyncio.run(run())
+
+
+def test_the_sweep_tries_again_while_the_register_cannot_be_read() -> None:
+    """A node just started may not reach its peers' registries yet: a key it cannot
+    check is not given up (a clean session's subscriptions would stay forever, routing
+    its topics to nobody), it is checked again until the register answers."""
+
+    async def run() -> None:
+        gossip = _Gossip({})
+        r = _registrar(gossip, members=3)
+        node = r.settings.node
+        gossip.owners = {A: node, B: node}
+        deferred = await recover(r, [], 0)
+        register = _Register({A}, unread=3)
+        r.claims = register
+        assert await sweep_orphan_subs(r, deferred, patience=10.0) == 1
+        assert gossip.deleted == [A]
+        assert len(register.asked) == 5  # 3 unanswered, then one answer for each
+        # and one that never answers is kept once patience runs out
+        gossip.deleted.clear()
+        never = _Register({A, B}, unread=10**6)
+        r.claims = never
+        assert await sweep_orphan_subs(r, [A], patience=0.0) == 0
+        assert gossip.deleted == []
 
     asyncio.run(run())

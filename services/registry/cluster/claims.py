@@ -525,20 +525,21 @@ class Claims:
         node = self.registrar.settings.node
         return v is None or (v.owner == node and v.epoch == session.epoch)
 
-    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool:
+    async def subscriptions_ours(self, key: SessionKey, epoch: int | None) -> bool | None:
         """Whether this node may delete ``key``'s subscriptions, which its table no longer
         holds (:func:`~services.registry.quorum.register.subscriptions_ours`, on a
-        linearizable read). Alone, the table is the whole truth. Without a majority
-        nobody can tell, and they stay: a route too many costs a forward that finds no
-        session, one too few loses every message of a session that lives on."""
+        linearizable read); None when it cannot tell now (no majority, or the read did
+        not commit). Alone, the table is the whole truth. The caller keeps what cannot
+        be told: a route too many costs a forward that finds no session, one too few
+        loses every message of a session that lives on."""
         view = self.registrar.cluster()
         if len(view.members) < 2:
             return True
         if not view.serving:
-            return False
+            return None
         outcome = await self.quorum.change(key, Read())
         if not isinstance(outcome, Committed):
-            return False
+            return None
         return subscriptions_ours(outcome.value, self.registrar.settings.node, epoch)
 
     def release(self, key: SessionKey, epoch: int) -> None:
