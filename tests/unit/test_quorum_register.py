@@ -43,6 +43,7 @@ from services.registry.quorum.register import (
     Release,
     SetState,
     subscriptions_ours,
+    subscriptions_void,
 )
 from tests.unit.quorum_sim import Faults, Sim, check, chosen
 
@@ -119,6 +120,24 @@ def test_only_a_session_nobody_else_owns_loses_its_subscriptions_with_a_stale_re
     assert subscriptions_ours(e("a", 4), "a", None)
     assert not subscriptions_ours(Entry("a", 4, ("a",), OFFLINE, True), "a", None)
     assert not subscriptions_ours(e("b", 4), "a", None)
+
+
+def test_a_clean_takeover_from_another_node_voids_the_old_subscriptions() -> None:
+    persistent = Entry("a", 4, ("a",), ONLINE, True)
+    clean = e("a", 4)
+    # b claims: a clean start, or a session that was clean, leaves them to nobody
+    assert subscriptions_void(persistent, "b", clean_start=True)
+    assert subscriptions_void(clean, "b", clean_start=False)
+    # a resumed persistent session brings them (b's listener re-owns them)
+    assert not subscriptions_void(persistent, "b", clean_start=False)
+    # nothing before, a released one (its end dropped them), or this node's own
+    assert not subscriptions_void(None, "b", clean_start=True)
+    assert not subscriptions_void(Release(4).apply(persistent), "b", clean_start=True)
+    assert not subscriptions_void(clean, "a", clean_start=True)
+    # and the two rules never both hand them out: the claimer voids them exactly when
+    # the old owner may not drop them itself
+    claimed = Claim("b", ("b",)).apply(clean)
+    assert subscriptions_void(clean, "b", True) and not subscriptions_ours(claimed, "a", 4)
 
 
 @given(

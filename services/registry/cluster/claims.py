@@ -23,6 +23,7 @@ own, so one number fences the session everywhere. Then, by ``previous``:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 import grpc
@@ -47,8 +48,9 @@ from services.registry.quorum.register import (
     Relocate,
     holders,
     subscriptions_ours,
+    subscriptions_void,
 )
-from services.registry.records import moved_command
+from services.registry.records import moved_command, subs_ops
 from services.registry.registrar import ClaimRefused, Registrar
 from services.registry.sessions import NEVER, Connect, OpenQueue, PublishSession, Session
 
@@ -115,8 +117,20 @@ class Claims:
         path = await self._bring_here(c, previous, value)
         if log.enabled("debug"):
             self._log_claimed(c.key, value, previous, path)
+        if subscriptions_void(previous, node, c.clean_start):
+            await self._drop_old_subscriptions(c.key)
         await self._record_replicas(c.key, value)
         return value.epoch
+
+    async def _drop_old_subscriptions(self, key: SessionKey) -> None:
+        """The id's session lived on another node and does not come here with it (a
+        clean start, or a clean session): its subscriptions are void. This node drops
+        them, before its client is answered (so before it can subscribe again): the old
+        node cannot, as from its side the register names this node, whose listener
+        might be re-owning them (``register.subscriptions_ours``). A failure is logged
+        and leaves them to route to a session that no longer has them."""
+        with contextlib.suppress(BackendError):
+            await self.registrar.directory.write(subs_ops([key]))
 
     @staticmethod
     def _log_claimed(key: SessionKey, value: Entry, previous: Entry | None, path: str) -> None:

@@ -137,6 +137,16 @@ def subscriptions_ours(current: Entry | None, node: str, epoch: int | None) -> b
     return current.epoch <= epoch
 
 
+def subscriptions_void(previous: Entry | None, node: str, clean_start: bool) -> bool:
+    """Whether a claim by ``node`` that read ``previous`` leaves the old session's
+    subscriptions to nobody: that session lived on another node and does not come
+    along (a clean start, or a session that was not persistent). The claimer drops
+    them; the old node must not (:func:`subscriptions_ours`)."""
+    if previous is None or not previous.live or previous.owner == node:
+        return False
+    return clean_start or not previous.persistent
+
+
 @dataclass(frozen=True, slots=True)
 class FailOver:
     """The primary ``dead`` of a persistent session's replicated queue is down and no
