@@ -24,7 +24,7 @@ import pytest
 
 from services.common.pids import alive
 from tests.support.clients import Client
-from tests.support.cluster import dev_cluster
+from tests.support.cluster import dev_cluster, start_node
 from tests.support.node import free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -186,15 +186,7 @@ def test_a_paused_node_is_found_by_heartbeats_and_the_minority_says_503(cluster:
 
 
 def _restart_n3(cluster: Path) -> None:
-    conf = cluster / "dev3" / "ternmq.conf"
-    with open(cluster / "dev3" / "console.log", "ab") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "ternmq"), "start", "--config", str(conf)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (cluster / "dev3" / "node.pid").write_text(f"{proc.pid}\n")
+    start_node(cluster, N3)
 
 
 def admin(port: int, *args: str) -> subprocess.CompletedProcess[str]:

@@ -19,8 +19,6 @@ import os
 import queue
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,12 +45,11 @@ from tests.integration.test_cluster_membership import (
 )
 from tests.integration.test_cluster_sessions import sessions
 from tests.support.clients import Client, Received, mosquitto_pub, until_routed
-from tests.support.cluster import dev_cluster
+from tests.support.cluster import dev_cluster, start_node
 from tests.support.node import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-BIN = Path(sys.executable).parent
 MQTT = {N1: 10053, N2: 10103, N3: 10153}
 NODES = (N1, N2, N3)
 BOUND = 30.0
@@ -78,17 +75,8 @@ def _kill(cluster: Path, node: str) -> None:
 
 
 def _restart(cluster: Path, node: str) -> None:
-    """``ternmq start`` with the node's conf and data; return once every node is up and
-    healthy (``dev-cluster stop`` finds it by its new node.pid)."""
-    home = cluster / node.split("@")[0]
-    with open(home / "console.log", "ab") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "ternmq"), "start", "--config", str(home / "ternmq.conf")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (home / "node.pid").write_text(f"{proc.pid}\n")
+    """Start the node again; return once every node is up and healthy."""
+    start_node(cluster, node)
     for n in NODES:
         wait_for(lambda n=n: set(states(n).values()) == {"up"}, 2 * BOUND, 0.5, f"all up on {n}")
         wait_for(lambda n=n: health(n) == 200, 2 * BOUND, 0.5, f"{n} healthy")

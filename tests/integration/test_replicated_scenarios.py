@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,9 +32,18 @@ import pytest
 
 from services.listener.mqtt.types import Connect, Disconnect, Properties, Puback, Publish
 from tests.conformance.client import RawClient, connected, protocol_name
-from tests.integration.test_cluster_membership import HTTP, N1, N2, N3, get, health, states
+from tests.integration.test_cluster_membership import (
+    HTTP,
+    N1,
+    N2,
+    N3,
+    get,
+    health,
+    pid_of,
+    states,
+)
 from tests.support.clients import Client, Received
-from tests.support.cluster import BIN, dev_cluster
+from tests.support.cluster import dev_cluster, start_node
 from tests.support.node import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,26 +59,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("devcluster-replicated-scenarios")
     with dev_cluster(base, "msgstore.replication_factor=3") as base:
         yield base
-
-
-def _dir(node: str) -> str:
-    return node.split("@")[0]
-
-
-def _pid(cluster: Path, node: str) -> int:
-    return int((cluster / _dir(node) / "node.pid").read_text())
-
-
-def _restart(cluster: Path, node: str) -> None:
-    conf = cluster / _dir(node) / "ternmq.conf"
-    with open(cluster / _dir(node) / "console.log", "ab") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "ternmq"), "start", "--config", str(conf)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (cluster / _dir(node) / "node.pid").write_text(f"{proc.pid}\n")
 
 
 def _sessions(node: str, client_id: str) -> list[dict[str, object]]:
@@ -263,7 +251,7 @@ def test_s20_without_a_write_quorum_no_publish_is_acknowledged(cluster: Path) ->
     pub5 = Client("s20-pub5", MQTT[N1], version=5, reconnect=False).connect()
     pub4 = Client("s20-pub4", MQTT[N1], version=4, reconnect=False).connect()
     for node in (N2, N3):
-        os.killpg(_pid(cluster, node), signal.SIGKILL)
+        os.killpg(pid_of(cluster, node), signal.SIGKILL)
     wait_for(
         lambda: states(N1).get(N2) == "down" and states(N1).get(N3) == "down",
         BOUND,
@@ -279,7 +267,7 @@ def test_s20_without_a_write_quorum_no_publish_is_acknowledged(cluster: Path) ->
     pub5.disconnect()
     pub4.paho.loop_stop()
     # n2 returns: W = 2 copies are possible again, and publishing succeeds
-    _restart(cluster, N2)
+    start_node(cluster, N2)
     wait_for(lambda: health(N2) == 200, 60, 0.5, "n2 healthy again")
     wait_for(lambda: states(N1).get(N2) == "up", BOUND, 0.2, "n2 up on n1")
     after = Client("s20-pub-after", MQTT[N1], version=5)
@@ -295,7 +283,7 @@ def test_s20_without_a_write_quorum_no_publish_is_acknowledged(cluster: Path) ->
     acknowledged = [*sent, "after"]
     first = list(dict.fromkeys(p for p in got if p in acknowledged))  # "after" may repeat
     assert first == acknowledged, got
-    _restart(cluster, N3)
+    start_node(cluster, N3)
     wait_for(lambda: health(N3) == 200, 60, 0.5, "n3 healthy again")
 
 

@@ -29,3 +29,18 @@ def dev_cluster(base: Path, *sets: str) -> Iterator[Path]:
             capture_output=True,
             timeout=60,
         )
+
+
+def start_node(base: Path, node: str) -> None:
+    """Start a dev-cluster node that was stopped or killed, with its conf and data, in a
+    process group of its own; ``dev-cluster stop`` finds it by its new ``node.pid``.
+    Returns at once: the caller waits for what it needs (the node up, the others)."""
+    home = base / node.split("@")[0]
+    with open(home / "console.log", "ab") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "ternmq"), "start", "--config", str(home / "ternmq.conf")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (home / "node.pid").write_text(f"{proc.pid}\n")
