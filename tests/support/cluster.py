@@ -4,12 +4,23 @@ ports), stopped with ``ternmq dev-cluster stop`` whatever the tests did to it.""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+LOCK = Path("/tmp/ternmq-dev-cluster.lock")
+
+
+@contextlib.contextmanager
+def ports_held() -> Iterator[None]:
+    """Hold the dev cluster's fixed ports (DESIGN §3) for this process: two test runs or a
+    test and a benchmark on one machine would otherwise join each other's nodes."""
+    with open(LOCK, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 @contextlib.contextmanager
@@ -19,16 +30,17 @@ def dev_cluster(base: Path, *sets: str) -> Iterator[Path]:
     args = [str(BIN / "ternmq"), "dev-cluster", "--nodes", "3", "--base-dir", str(base)]
     for item in sets:
         args += ["--set", item]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    try:
-        assert done.returncode == 0, done.stdout + done.stderr
-        yield base
-    finally:
-        subprocess.run(
-            [str(BIN / "ternmq"), "dev-cluster", "stop", "--base-dir", str(base)],
-            capture_output=True,
-            timeout=60,
-        )
+    with ports_held():
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        try:
+            assert done.returncode == 0, done.stdout + done.stderr
+            yield base
+        finally:
+            subprocess.run(
+                [str(BIN / "ternmq"), "dev-cluster", "stop", "--base-dir", str(base)],
+                capture_output=True,
+                timeout=60,
+            )
 
 
 def start_node(base: Path, node: str) -> None:
