@@ -18,6 +18,7 @@ namespaces, the bridges, the links, the processes (by pid).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -230,6 +231,9 @@ def ns_cluster(
     """Start ``count`` nodes, each in its namespace; return once all are healthy and
     see each other up; stop and remove everything on exit."""
     cluster = NsCluster(base, [NsNode(k, base / f"ns{k}") for k in range(1, count + 1)])
+    # The names are fixed: a second run on this machine waits rather than tearing ours down.
+    lock = open(f"/tmp/ternmq-{PREFIX}-netns.lock", "w")  # noqa: SIM115 - held to the end
+    fcntl.flock(lock, fcntl.LOCK_EX)
     _teardown(cluster.nodes)  # what a killed earlier run may have left
     try:
         _network(cluster.nodes)
@@ -256,3 +260,4 @@ def ns_cluster(
         for node in cluster.nodes:
             cluster.stop(node)
         _teardown(cluster.nodes)
+        lock.close()
