@@ -249,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
 
     def watch_writer() -> None:  # EOF: the writer closed the spool or died
-        sys.stdin.buffer.read()
+        # Raw reads: a daemon thread blocked in ``sys.stdin.buffer.read`` holds the
+        # buffer's lock, and an exit by SIGTERM then aborts the interpreter's shutdown
+        # ("could not acquire lock for <stdin> at interpreter shutdown").
+        while os.read(0, 65536):
+            pass
         stopping.set()
 
     threading.Thread(target=watch_writer, daemon=True).start()

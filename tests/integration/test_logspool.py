@@ -184,6 +184,26 @@ def test_a_converter_started_after_its_writer_died_converts_and_exits(tmp_path: 
     assert not list((tmp_path / "spool").iterdir())
 
 
+def test_a_converter_stopped_by_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
+    """A node's stop sends SIGTERM while the converter's stdin is still open: it must exit
+    without aborting the interpreter's shutdown (a thread blocked reading stdin held its
+    buffer's lock: "Fatal Python error: _enter_buffered_busy", exit by SIGABRT)."""
+    proc = _writer(tmp_path, 50, True, "hold", start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"
+        words = ("services.common.logspool", f"--parent {proc.pid}")
+        wait_for(lambda: len(_lines(tmp_path)) == 51, 60)  # converting: its handlers are set
+        (converter,) = _pids(*words)
+        os.kill(converter, signal.SIGTERM)
+        wait_for(lambda: not _pids(*words), 30)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert "Fatal Python error" not in err, err
+
+
 def test_a_frame_torn_by_a_crash_is_dropped_and_said(tmp_path: Path) -> None:
     """A dead writer's last frame cut short: the complete frames are converted, the torn
     one is dropped with a warning, the directory removed. A record with a field of the
