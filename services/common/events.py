@@ -175,6 +175,18 @@ _SPECS: Final = [
         reason="str",
     ),
     _e(
+        "session.evicted_via",
+        "This node took a client id's session while it could not reach the node serving "
+        "the old connection (an asymmetric cut); another member passed the eviction on, "
+        "and the old connection was ended there (``reason`` empty) or already superseded.",
+        client_id="str",
+        mountpoint="str",
+        epoch="int",
+        node="str",
+        via="str",
+        reason="str",
+    ),
+    _e(
         "session.release_failed",
         "The session directory entry of an ended session was not tombstoned (no majority); "
         "the next claim of the client id supersedes it.",

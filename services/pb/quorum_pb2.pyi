@@ -142,7 +142,7 @@ class AcceptReply(_message.Message):
     def __init__(self, ballot: _Optional[_Union[Ballot, _Mapping]] = ..., node: _Optional[str] = ..., incarnation: _Optional[int] = ..., accepted: _Optional[_Iterable[_Union[_common_pb2.SessionKey, _Mapping]]] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ...) -> None: ...
 
 class HandoverRequest(_message.Message):
-    __slots__ = ("key", "epoch", "node", "phase", "discard", "after_seq", "route", "keep_queue")
+    __slots__ = ("key", "epoch", "node", "phase", "discard", "after_seq", "route", "keep_queue", "relay_to")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,7 @@ class HandoverRequest(_message.Message):
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     KEEP_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RELAY_TO_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     node: str
@@ -159,7 +160,8 @@ class HandoverRequest(_message.Message):
     after_seq: int
     route: str
     keep_queue: bool
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., node: _Optional[str] = ..., phase: _Optional[_Union[HandoverPhase, str]] = ..., discard: _Optional[bool] = ..., after_seq: _Optional[int] = ..., route: _Optional[str] = ..., keep_queue: _Optional[bool] = ...) -> None: ...
+    relay_to: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., node: _Optional[str] = ..., phase: _Optional[_Union[HandoverPhase, str]] = ..., discard: _Optional[bool] = ..., after_seq: _Optional[int] = ..., route: _Optional[str] = ..., keep_queue: _Optional[bool] = ..., relay_to: _Optional[str] = ...) -> None: ...
 
 class HandoverReply(_message.Message):
     __slots__ = ("present", "persistent", "session_expiry", "proto_ver", "entries", "inbound_qos2", "error", "last_seq", "delivered_upto", "outbound_pubrel", "unconfirmed")

@@ -761,14 +761,6 @@ def s25(net: NsCluster) -> Iterator[S25]:
         c.paho.loop_stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a claim whose old owner the claiming node cannot reach (n3 -> n1 cut, n2 "
-    "seeing both) commits without ending the old connection: _bring_here's evict "
-    "fails and the end is only owed until the heal (services/registry/cluster/"
-    "claims.py:127-128, and _evict_others at 139-140 for a member seen down), with no "
-    "relay through n2; n1's connection stays live beside n3's for the whole cut",
-)
 def test_s25_an_asymmetric_partition_never_holds_two_live_sessions(
     net: NsCluster, s25: S25
 ) -> None:

@@ -376,7 +376,8 @@ class Claims:
         ``previous`` names: a claim that failed (its node refused the CONNECT) may still
         have taken effect, and then the value read names that node while the session it
         superseded lives on the node before it. A node without the session answers at
-        once; one that cannot be reached is logged and learns of the epoch later."""
+        once; one this node cannot reach is asked through the others (an asymmetric
+        cut), and one nobody reaches learns of the epoch later."""
         view = self.registrar.cluster()
         for down in sorted(view.members - view.up - skip):
             self.owe(down, key, epoch)
@@ -389,7 +390,8 @@ class Claims:
         )
         for other, result in zip(others, results, strict=True):
             if isinstance(result, Unreachable):
-                self.owe(other, key, epoch)
+                if not await self._evict_through_others(other, key, epoch):
+                    self.owe(other, key, epoch)
             elif isinstance(result, ClaimRefused):
                 log.emit(
                     "session.handover_incomplete", "warning", client_id=key[1], reason=str(result)
@@ -398,15 +400,72 @@ class Claims:
                 raise result
 
     async def evict(self, node: str, key: SessionKey, epoch: int) -> bool:
-        """Tell ``node`` that ``key`` is owned at ``epoch`` elsewhere (it ends its copy);
-        False when it could not be reached."""
+        """Tell ``node`` that ``key`` is owned at ``epoch`` elsewhere (it ends its copy),
+        through another member when this node cannot reach it; False when neither could."""
         try:
             await self._handover(key, node, epoch, False)
         except Unreachable:
-            return False
+            return await self._evict_through_others(node, key, epoch)
         except ClaimRefused:
             return True  # it holds a newer epoch: nothing to end there
         return True
+
+    async def _evict_through_others(self, node: str, key: SessionKey, epoch: int) -> bool:
+        """An asymmetric cut (S25): ``node`` still sees a majority through a member this
+        node reaches, and serves the old connection for as long as the cut lasts unless
+        that member passes the eviction on. Members are asked one at a time; the first
+        that reaches ``node`` ends it there."""
+        settings = self.registrar.settings
+        view = self.registrar.cluster()
+        req = quorum_pb2.HandoverRequest(
+            key=codec.key_pb(key),
+            epoch=epoch,
+            node=settings.node,
+            phase=quorum_pb2.HANDOVER_TAKE,
+            discard=True,
+            relay_to=node,
+        )
+        for via in sorted((view.up & view.members) - {settings.node, node}):
+            stub = self.peers.stub(via)
+            if stub is None:
+                continue
+            try:
+                reply = await stub.Handover(
+                    req, timeout=2 * settings.quorum_timeout, metadata=self.peers.metadata()
+                )
+            except grpc.aio.AioRpcError:
+                continue
+            log.emit(
+                "session.evicted_via",
+                "info",
+                client_id=key[1],
+                mountpoint=key[0],
+                epoch=epoch,
+                node=node,
+                via=via,
+                reason=reply.error,
+            )
+            return True  # ended there, or it holds a newer epoch
+        return False
+
+    async def relay(self, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
+        """Pass another member's eviction on to ``req.relay_to`` (one hop: the copy sent
+        on names no relay). Raises Unreachable when that node does not answer, so the
+        asker tries another member or keeps the eviction owed."""
+        target = req.relay_to
+        if not (req.discard and req.phase == quorum_pb2.HANDOVER_TAKE):
+            raise Unreachable(f"only an eviction is relayed, not a {req.phase} handover")
+        if target == self.registrar.settings.node:
+            raise Unreachable("relayed to the relaying node itself")
+        passed = quorum_pb2.HandoverRequest()
+        passed.CopyFrom(req)
+        passed.relay_to = ""
+        try:
+            return await self._call(target, passed, brief=True)
+        except Unreachable:
+            raise
+        except ClaimRefused as exc:  # it holds a newer epoch: the asker is answered so
+            return quorum_pb2.HandoverReply(error=str(exc))
 
     async def merge(
         self, owner: str, key: SessionKey, entries: list[msgstore_pb2.QueueEntry]

@@ -38,6 +38,7 @@ from services.registry.sessions import Session
 
 CHUNK = 1000  # sessions checked per batch of rounds
 PAY_INTERVAL = 1.0  # s between attempts to pay what up nodes are owed
+DOWN_EVERY = 5  # and every this many intervals, what nodes seen down are owed
 OWED_MAX = 100_000  # evictions remembered per node (the oldest are dropped past it)
 
 Evict = Callable[[str, SessionKey, int], Awaitable[bool]]
@@ -72,12 +73,18 @@ class Reconciler:
 
     async def run(self, view: Callable[[], ClusterView]) -> None:
         """Pay what is owed to nodes that are up but did not answer in time (a slow or
-        briefly paused node whose view never showed it down)."""
+        briefly paused node whose view never showed it down), and now and then to nodes
+        seen down: one this node cannot reach may still serve the old connection,
+        reached by a member that passes the eviction on (``Claims.evict``)."""
+        ticks = 0
         while True:
             await asyncio.sleep(PAY_INTERVAL)
-            up = view().up
-            for node in [n for n in self.owed if n in up]:
-                await self._pay(node, self.owed.pop(node))
+            ticks += 1
+            current = view()
+            down_too = ticks % DOWN_EVERY == 0
+            for node in list(self.owed):
+                if node in current.up or (down_too and node in current.members):
+                    await self._pay(node, self.owed.pop(node))
 
     def on_view(self, view: ClusterView) -> None:
         active = len(view.members) > 1 and view.serving
@@ -88,9 +95,14 @@ class Reconciler:
             self._tasks.spawn(self._pay(node, self.owed.pop(node)), "registry-pay")
 
     async def _pay(self, node: str, debts: dict[SessionKey, int]) -> None:
-        for key, epoch in debts.items():
+        """Stops at the first debt that cannot be paid: the rest wait with it (a node
+        that is gone would otherwise cost one timeout per session it held)."""
+        items = list(debts.items())
+        for i, (key, epoch) in enumerate(items):
             if not await self.evict(node, key, epoch):
-                self.owe(node, key, epoch)  # paid at its next return
+                for later, later_epoch in items[i:]:
+                    self.owe(node, later, later_epoch)  # paid at its next return
+                return
 
     async def reconcile(self) -> None:
         """Check every session held here; those no round could settle (no majority yet,

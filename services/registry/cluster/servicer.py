@@ -6,7 +6,7 @@ It listens on ``cluster.registry_listen`` behind the cookie check of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -16,6 +16,7 @@ from services.registry.cluster import codec
 from services.registry.cluster.acceptor_store import AcceptorShell
 from services.registry.cluster.handover import Giver
 from services.registry.quorum.messages import AcceptReply, PrepareReply
+from services.registry.registrar import ClaimRefused
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -30,6 +31,10 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
         self.acceptor = acceptor
         self.giver = giver
         self.sessions = sessions
+        # Passes an eviction on to ``relay_to`` (``Claims.relay``; start.py sets it once
+        # the claims exist). Raises when that node cannot be reached.
+        self.relay: Callable[[quorum_pb2.HandoverRequest], Awaitable[quorum_pb2.HandoverReply]]
+        self.relay = _no_relay
 
     async def Prepare(
         self, request: quorum_pb2.PrepareRequest, context: Context
@@ -48,6 +53,11 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
     async def Handover(
         self, request: quorum_pb2.HandoverRequest, context: Context
     ) -> quorum_pb2.HandoverReply:
+        if request.relay_to:
+            try:
+                return await self.relay(request)
+            except ClaimRefused as exc:  # not reached: the asker tries another member
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return await self.giver.handle(request)
 
     async def Merge(
@@ -71,3 +81,7 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServicer):  # type: ignore[misc]
             next=following if following < len(keys) else 0,
             catching_up=acceptor.catching_up,
         )
+
+
+async def _no_relay(request: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
+    raise ClaimRefused("this node relays nothing yet")

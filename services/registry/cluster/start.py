@@ -92,9 +92,8 @@ async def start(
     server = peer_channel.create_server(settings.cookie)
     giver = Giver(registrar)
 
-    quorum_pb2_grpc.add_QuorumServicer_to_server(
-        QuorumServicer(acceptor, giver, functools.partial(local_sessions, registrar)), server
-    )
+    servicer = QuorumServicer(acceptor, giver, functools.partial(local_sessions, registrar))
+    quorum_pb2_grpc.add_QuorumServicer_to_server(servicer, server)
     host = settings.registry_listen.rpartition(":")[0]
     port = server.add_insecure_port(settings.registry_listen)
     if port == 0:
@@ -113,6 +112,7 @@ async def start(
     claims = Claims(registrar, quorum, peers)
     reconciler = Reconciler(registrar, quorum, giver, claims.evict, claims.merge)
     claims.owe = reconciler.owe
+    servicer.relay = claims.relay
     registrar.listing = Listing(peers, registrar.cluster, settings.rpc_timeout)
     record = quorum_pb2.RegistryRecord(
         node=settings.node, address=address, incarnation=store.incarnation
