@@ -31,6 +31,7 @@ AUDIT_KEYS = (
     "expected",
     "delivered",
     "lost",
+    "refused",
     "duplicated",
     "out_of_order",
     "unacked",

@@ -31,6 +31,9 @@ from spark_pipeline.synthetic import SynthConfig, generate, write_truth
 @click.option("--lose", default=0.0005, show_default=True, help="Fraction of QoS>=1 pairs.")
 @click.option("--duplicate", default=0.001, show_default=True)
 @click.option("--reorder", default=0.0005, show_default=True)
+@click.option(
+    "--refuse", default=0.0005, show_default=True, help="Fraction of QoS>=1 messages refused."
+)
 @click.option("--corrupt", default=10, show_default=True, help="Corrupt lines to insert.")
 @click.option("--rotate-mb", default=64.0, show_default=True, help="Rotate files past this.")
 @click.option("--seed", default=1, show_default=True)
@@ -44,6 +47,7 @@ def main(
     lose: float,
     duplicate: float,
     reorder: float,
+    refuse: float,
     corrupt: int,
     rotate_mb: float,
     seed: int,
@@ -60,6 +64,7 @@ def main(
         lose=lose,
         duplicate=duplicate,
         reorder=reorder,
+        refuse=refuse,
         corrupt=corrupt,
         rotate_bytes=int(rotate_mb * 1024 * 1024),
         seed=seed,
