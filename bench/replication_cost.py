@@ -8,6 +8,10 @@ node 1 (their sessions' queues are primaries there). Reported: messages/s and th
 publish-to-delivery latency percentiles mqload measures, and the ratios to R = 1 and to
 Mosquitto.
 
+Last, when ``rabbitmq-server`` is installed, the peer the goal is set against: a local
+3-node RabbitMQ whose MQTT sessions' queues are quorum (Raft) queues on all three nodes
+(``bench/rabbitmq_peer.py``), with the same load; reported with R = 3's ratio to it.
+
 Usage: ``python -m bench.replication_cost --base-dir /tmp/rc [--duration 10]``; one JSON
 line per run, then a summary. Loopback only; every process it starts is stopped.
 """
@@ -21,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import rabbitmq_peer
 from bench.cluster_throughput import MOSQ_PORT, build_mqload, mqload, start_mosquitto
 from services.node import dev_cluster as dc
 
@@ -62,7 +67,17 @@ def main() -> None:
             record(tag, mqload(exe, devs[0].mqtt_port, *load, "--topic", tag, "--id", tag))
         finally:
             dc.stop(cluster_dir)
-    summary = {
+    if rabbitmq_peer.available():
+        with rabbitmq_peer.rabbitmq_cluster(base / "rabbitmq") as port:
+            time.sleep(args.settle)
+            row = mqload(exe, port, *load, "--topic", "rq", "--id", "rq")
+            row["rabbitmq"] = rabbitmq_peer.version()
+            row["mqtt_prefetch"] = rabbitmq_peer.PREFETCH
+            row["queue_check"] = rabbitmq_peer.queue_check(base / "rabbitmq")
+            record("rabbitmq-quorum", row)
+    else:
+        print("rabbitmq-quorum: skipped, rabbitmq-server is not installed", flush=True)
+    summary: dict[str, Any] = {
         "msgs_per_s": {k: v["msgs_per_s"] for k, v in results.items()},
         "lat_p50_us": {k: v["lat_p50_us"] for k, v in results.items()},
         "lat_p99_us": {k: v["lat_p99_us"] for k, v in results.items()},
@@ -70,6 +85,9 @@ def main() -> None:
         "vs_r1": {k: _ratio(results, k, "r1") for k in ("r2", "r3")},
         "vs_mosquitto": {k: _ratio(results, k, "mosquitto") for k in ("r1", "r2", "r3")},
     }
+    if "rabbitmq-quorum" in results:
+        summary["r3_vs_rabbitmq_quorum"] = _ratio(results, "r3", "rabbitmq-quorum")
+        summary["rabbitmq_queues"] = results["rabbitmq-quorum"]["queue_check"]
     print(json.dumps({"summary": summary}), flush=True)
 
 
