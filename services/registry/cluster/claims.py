@@ -65,6 +65,9 @@ def lost_attempt(previous: Entry, node: str, local_epoch: int | None) -> bool:
     return previous.live and previous.owner == node and previous.epoch != local_epoch
 
 
+DOWN_POLL = 0.1  # s between looks at the view while a handover call is out
+
+
 class Unreachable(ClaimRefused):
     """The other registry did not answer (or its address is not known yet)."""
 
@@ -573,14 +576,27 @@ class Claims:
             timeout = settings.quorum_timeout
         else:
             timeout = settings.takeover_timeout + settings.rpc_timeout
+        rpc = stub.Handover(req, timeout=timeout, metadata=self.peers.metadata())
+        call = asyncio.ensure_future(rpc)
+        watched = source in self.registrar.cluster().up
         try:
-            reply: quorum_pb2.HandoverReply = await stub.Handover(
-                req, timeout=timeout, metadata=self.peers.metadata()
-            )
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=DOWN_POLL)
+                if done:
+                    break
+                if watched and source not in self.registrar.cluster().up:
+                    # Stopped (SIGSTOP) or cut off mid-call: the detector says so within
+                    # about a second, the call's deadline only after takeover_timeout.
+                    raise Unreachable(f"{source} went down during the handover")
+            reply: quorum_pb2.HandoverReply = call.result()
         except grpc.aio.AioRpcError as exc:
             raise Unreachable(
                 f"handover from {source} failed: {exc.code().name} {exc.details() or ''}"
             ) from None
+        finally:
+            if not call.done():
+                rpc.cancel()
+                call.cancel()
         if reply.error:
             raise ClaimRefused(f"handover from {source} refused: {reply.error}")
         return reply
