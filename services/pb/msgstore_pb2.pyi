@@ -80,6 +80,18 @@ class ReplicaAppend(_message.Message):
     state_stamp: int
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., prev_epoch: _Optional[int] = ..., prev_seq: _Optional[int] = ..., install: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., acked: _Optional[int] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., has_state: _Optional[bool] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., state_epoch: _Optional[int] = ..., state_stamp: _Optional[int] = ...) -> None: ...
 
+class ReplicaAppends(_message.Message):
+    __slots__ = ("appends",)
+    APPENDS_FIELD_NUMBER: _ClassVar[int]
+    appends: _containers.RepeatedCompositeFieldContainer[ReplicaAppend]
+    def __init__(self, appends: _Optional[_Iterable[_Union[ReplicaAppend, _Mapping]]] = ...) -> None: ...
+
+class ReplicaReplies(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[ReplicaReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[ReplicaReply, _Mapping]]] = ...) -> None: ...
+
 class ReplicaReply(_message.Message):
     __slots__ = ("ok", "epoch", "upto", "last_seq", "reason")
     OK_FIELD_NUMBER: _ClassVar[int]

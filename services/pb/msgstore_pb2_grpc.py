@@ -426,6 +426,11 @@ class ReplicaStub:
                 request_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppend.SerializeToString,
                 response_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaReply.FromString,
                 _registered_method=True)
+        self.AppendMany = channel.unary_unary(
+                '/ternmq.msgstore.Replica/AppendMany',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppends.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaReplies.FromString,
+                _registered_method=True)
         self.Fence = channel.unary_unary(
                 '/ternmq.msgstore.Replica/Fence',
                 request_serializer=services_dot_pb_dot_msgstore__pb2.FenceRequest.SerializeToString,
@@ -451,6 +456,15 @@ class ReplicaServicer:
 
     def Append(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendMany(self, request, context):
+        """Appends of several queues at once, answered in order: a node batches what its
+        primaries send one replica node while its earlier batches are out (one RPC and one
+        group commit for many queues, not one each).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -485,6 +499,11 @@ def add_ReplicaServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppend.FromString,
                     response_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaReply.SerializeToString,
+            ),
+            'AppendMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendMany,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppends.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaReplies.SerializeToString,
             ),
             'Fence': grpc.unary_unary_rpc_method_handler(
                     servicer.Fence,
@@ -532,6 +551,33 @@ class Replica:
             '/ternmq.msgstore.Replica/Append',
             services_dot_pb_dot_msgstore__pb2.ReplicaAppend.SerializeToString,
             services_dot_pb_dot_msgstore__pb2.ReplicaReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ternmq.msgstore.Replica/AppendMany',
+            services_dot_pb_dot_msgstore__pb2.ReplicaAppends.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.ReplicaReplies.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,16 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
     async def Append(
         self, request: msgstore_pb2.ReplicaAppend, context: Any
     ) -> msgstore_pb2.ReplicaReply:
+        return await self._append(request)
+
+    async def AppendMany(
+        self, request: msgstore_pb2.ReplicaAppends, context: Any
+    ) -> msgstore_pb2.ReplicaReplies:
+        """Submitted together, the writes share the committer's next group commit."""
+        replies = await asyncio.gather(*(self._append(a) for a in request.appends))
+        return msgstore_pb2.ReplicaReplies(replies=replies)
+
+    async def _append(self, request: msgstore_pb2.ReplicaAppend) -> msgstore_pb2.ReplicaReply:
         job = ReplicaWrite(
             session_key(request.key),
             request.epoch,
@@ -177,6 +187,9 @@ def fence_pb(state: ReplicaState) -> msgstore_pb2.FenceReply:
     )
 
 
+FENCE_GRACE = 0.25  # s the other copies get once a failover's read quorum has answered
+
+
 class Failover:
     def __init__(
         self,
@@ -201,8 +214,7 @@ class Failover:
         epoch = request.epoch
         copies = list(dict.fromkeys(request.copies))
         r, w = len(copies), min(self.w, len(copies))
-        answers = await asyncio.gather(*(self._fence(sid, node, epoch) for node in copies))
-        read = {n: a for n, a in zip(copies, answers, strict=True) if a is not None and a.ok}
+        read = await self._fence_quorum(sid, copies, epoch, read_quorum(r, w))
         lasts: dict[str, Position] = {n: a.last for n, a in read.items()}
         chosen = choose(lasts, r, w)
         if chosen is None:
@@ -247,12 +259,49 @@ class Failover:
         job = OpenQueue(sid, epoch, True, False, request.max_len, tuple(request.replicas))
         try:
             state = await self.committer.submit(job)
-        finally:
-            await self.replicator.opened(sid, continuing=False)  # also ends the pause
+        finally:  # the rebuild also ends the pause
+            new_members = frozenset(request.replicas) - frozenset(copies)
+            await self.replicator.opened(sid, continuing=False, joining=new_members)
         assert isinstance(state, QueueState)
         kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept"
         failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)
         return state_to_pb(state)
+
+    async def _fence_quorum(
+        self, sid: SessionKey, copies: list[str], epoch: int, need: int
+    ) -> dict[str, ReplicaState]:
+        """Fence every copy at once; the ones fenced, once ``need`` have answered and the
+        others had :data:`FENCE_GRACE` more (or all answered). A copy on a stopped node
+        (SIGSTOP) answers no sooner than its RPC's deadline, which is also the deadline
+        of the registry's call to this failover: waiting for it failed every failover
+        for as long as that node stayed stopped. The read quorum is what makes the
+        choice sound (``replication.failover``); the grace only lets an up-to-date copy
+        that is a little slow count."""
+        loop = asyncio.get_running_loop()
+        tasks: dict[asyncio.Future[ReplicaState | None], str] = {
+            asyncio.ensure_future(self._fence(sid, node, epoch)): node for node in copies
+        }
+        read: dict[str, ReplicaState] = {}
+        pending: set[asyncio.Future[ReplicaState | None]] = set(tasks)
+        deadline: float | None = None
+        try:
+            while pending:
+                timeout = None if deadline is None else max(0.0, deadline - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break  # the grace is over
+                for task in done:
+                    answer = task.result()
+                    if answer is not None and answer.ok:
+                        read[tasks[task]] = answer
+                if deadline is None and len(read) >= need:
+                    deadline = loop.time() + FENCE_GRACE
+        finally:
+            for task in pending:
+                task.cancel()  # a fence that lands later only confirms the new epoch
+        return read
 
     async def _acked_as_anywhere(
         self, sid: SessionKey, epoch: int, held: Mapping[str, ReplicaState]
