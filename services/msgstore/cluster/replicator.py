@@ -30,6 +30,7 @@ from services.common.background import Background
 from services.common.grpcutil import rpc_failed
 from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
+from services.msgstore.cluster.batcher import PeerBatcher
 from services.msgstore.committer import Committer
 from services.msgstore.model import FenceQueue
 from services.msgstore.queue import QueueStore
@@ -37,6 +38,7 @@ from services.msgstore.replica_reads import read_copy, read_entries
 from services.msgstore.replication.log import Append, Appended, Refused
 from services.msgstore.replication.primary import Primary
 from services.pb import common_pb2, msgstore_pb2
+from services.pb.msgstore_pb2 import ReplicaAppend, ReplicaAppends, ReplicaReplies, ReplicaReply
 from services.pb.msgstore_pb2_grpc import ReplicaStub
 
 RETRY = 0.5  # s before a replica that did not answer is tried again
@@ -161,6 +163,42 @@ class Replicator:
         # epoch it follows (see ``step_down``); until an Open here makes it the primary
         # again.
         self.stepped_down: dict[SessionKey, int] = {}
+        # One per replica node: every queue's appends to it share its calls.
+        self._batchers: dict[str, PeerBatcher[ReplicaAppend, ReplicaReply]] = {}
+        self._legacy: set[str] = set()  # nodes that answer AppendMany UNIMPLEMENTED
+
+    def _batcher(self, replica: str) -> PeerBatcher[ReplicaAppend, ReplicaReply]:
+        batcher = self._batchers.get(replica)
+        if batcher is None:
+
+            async def send(appends: list[ReplicaAppend]) -> list[ReplicaReply]:
+                return await self._append_many(replica, appends)
+
+            batcher = self._batchers[replica] = PeerBatcher(send, ReplicaAppend.ByteSize)
+        return batcher
+
+    async def _append_many(self, replica: str, appends: list[ReplicaAppend]) -> list[ReplicaReply]:
+        """One call for the appends of many queues; one Append each to a node that does
+        not know AppendMany yet (a rolling upgrade)."""
+        stub = self.peers.stub(replica)
+        if stub is None:
+            raise LookupError("no address known (gossip prefix msgstores)")
+        metadata = self.peers.metadata()
+        if replica not in self._legacy:
+            try:
+                reply: ReplicaReplies = await stub.AppendMany(
+                    ReplicaAppends(appends=appends), timeout=self.rpc_timeout, metadata=metadata
+                )
+                return list(reply.replies)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._legacy.add(replica)
+        return list(
+            await asyncio.gather(
+                *(stub.Append(a, timeout=self.rpc_timeout, metadata=metadata) for a in appends)
+            )
+        )
 
     def lag_max(self) -> float:
         """Entries the most lagging replica of any queue replicated from here lacks."""
@@ -235,14 +273,18 @@ class Replicator:
             if not entry[1]:
                 del self._locks[sid]
 
-    async def opened(self, sid: SessionKey, continuing: bool = True) -> None:
+    async def opened(
+        self, sid: SessionKey, continuing: bool = True, joining: frozenset[str] = frozenset()
+    ) -> None:
         """Rebuild ``sid``'s primary from the store (after an Open or a failover).
         ``continuing``: this node stays the primary (an Open), so the entries it wrote
         under its earlier epochs count as its own (``Primary.floor``); False after a
-        failover, which may have chosen another history."""
+        failover, which may have chosen another history. ``joining``: members new to
+        the set (a failover's, which held no copy it read): ``queue.rereplicated`` is
+        logged when each has caught up."""
         try:
             async with self._exclusive(sid):
-                await self._rebuild(sid, continuing)
+                await self._rebuild(sid, continuing, joining)
         finally:
             entry = self.rebuilding.get(sid)
             if entry is not None:
@@ -251,7 +293,9 @@ class Replicator:
                     del self.rebuilding[sid]
                     entry[0].set()
 
-    async def _rebuild(self, sid: SessionKey, continuing: bool) -> None:
+    async def _rebuild(
+        self, sid: SessionKey, continuing: bool, joining: frozenset[str] = frozenset()
+    ) -> None:
         # The old primary stays in ``queues``, paused, until the new one replaces it:
         # appends that land meanwhile wait on it, and their waiters move over below
         # (no await between taking them and installing the new primary).
@@ -278,8 +322,9 @@ class Replicator:
         primary = Primary(self.node, copy.log.epoch, copy.log, copy.replicas, w, floor)
         qp = QueuePrimary(sid, primary, copy.max_len)
         qp.waiters = waiters
+        qp.joining = set(joining) & set(qp.replicas)
         if old is not None:
-            qp.joining = (set(qp.replicas) - set(old.replicas)) | (old.joining & set(qp.replicas))
+            qp.joining |= (set(qp.replicas) - set(old.replicas)) | (old.joining & set(qp.replicas))
             qp.state_version = old.state_version + 1  # sent again to every replica
             qp.state_stamp = old.state_stamp
             qp.pubrel_sent = old.pubrel_sent
@@ -509,12 +554,13 @@ class Replicator:
             pb.outbound_pubrel.extend(sorted(pubrel))
             pb.state_epoch, pb.state_stamp = qp.state_stamp
         try:
-            reply: msgstore_pb2.ReplicaReply = await stub.Append(
-                pb, timeout=self.rpc_timeout, metadata=self.peers.metadata()
-            )
+            reply = await self._batcher(replica).call(pb)
         except grpc.aio.AioRpcError as exc:
-            rpc_failed("msgstore", "Replica.Append", exc, "debug")
+            rpc_failed("msgstore", "Replica.AppendMany", exc, "debug")
             qp.notes[replica] = f"{exc.code().name}: {exc.details() or ''}"
+            return None
+        except LookupError as exc:
+            qp.notes[replica] = str(exc)
             return None
         qp.notes[replica] = "ok" if reply.ok else f"refused: {reply.reason}"
         if reply.ok and pb.has_state:
