@@ -24,7 +24,6 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -60,20 +59,9 @@ FIRST_PUBLISH_REFUSED = (
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NsCluster]:
-    # Each msgstore takes its peers' replication on the cluster net (the default,
-    # 127.0.0.1, is a namespace's own loopback, which no other node reaches; queues
-    # would then never reach W copies): ``NsCluster.conf`` writes one set of values for
-    # every node, so the per-node address is added here.
-    conf = NsCluster.conf
-
-    def with_msgstore(self: NsCluster, node: NsNode, sets: dict[str, str]) -> Path:
-        return conf(self, node, {"cluster.msgstore_listen": f"{node.cluster_ip}:0", **sets})
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(NsCluster, "conf", with_msgstore)
-        sets = {"msgstore.replication_factor": "3"}
-        with ns_cluster(tmp_path_factory.mktemp("netns-replicated-s11"), sets) as cluster:
-            yield cluster
+    sets = {"msgstore.replication_factor": "3"}
+    with ns_cluster(tmp_path_factory.mktemp("netns-replicated-s11"), sets) as cluster:
+        yield cluster
 
 
 @dataclass

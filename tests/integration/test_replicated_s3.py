@@ -22,9 +22,12 @@ start 0. What is checked:
   "method B") is exactly the published sequence: none missing, none twice, in order;
 - every publish is acknowledged to the publisher (PUBACK, PUBCOMP) with success.
 
-A second test (xfail, a product bug: ``ACKED_AFTER_PUBREL``) has the subscriber go on
-after the first waiting PUBREL, PUBACKing QoS 1 messages and PUBRECing QoS 2 ones whose
-PUBRELs wait too: the messages it PUBACKed must not come again.
+A second test has the subscriber go on after the first waiting PUBREL, PUBACKing QoS 1
+messages and PUBRECing QoS 2 ones whose PUBRELs wait too: the messages it PUBACKed must
+not come again. (They did: the move is a failover from the copies, and a tie on the last
+position went to the lowest node name, a replica that knows only the contiguous
+acknowledged index, not the old primary that holds every ack; ties now go to the copy
+the request names first, the old primary.)
 
 The queues are unbounded here (``max_online_messages`` and ``max_offline_messages``
 -1): the publisher runs ahead of a Receive Maximum of 1 by thousands of messages, and
@@ -33,14 +36,13 @@ so that the client's Receive Maximum is the window (the default, 20, would cap 3
 
 Run time (2 shared cores, under load): 10,000 messages take 20-27 s at Receive Maximum
 30, 86 s at 10 and 255 s at 1. By default only Receive Maximum 30 runs the full 10,000;
-1 takes 500 messages, 10 and the xfail test 1,000: about 70 s for the module, the
+1 takes 500 messages, 10 and the acked-after test 1,000: about 70 s for the module, the
 cluster's start included. ``TERNMQ_S3_COUNT=10000`` (any count) runs that many in every
 test (about 8 minutes), each with a timeout that grows with the count.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -66,17 +68,6 @@ FULL = 10_000
 SHORT = 1_000
 COUNT = int(os.environ.get("TERNMQ_S3_COUNT", "0"))
 PACKET_ID_NOT_FOUND = 0x92
-ACKED_AFTER_PUBREL = (
-    "a live handover of a replicated queue is a failover from the copies "
-    "(services/registry/cluster/claims.py _take_replicated), and a tie on the last "
-    "position goes to the lowest node name (services/msgstore/replication/failover.py "
-    "choose): dev1's replica, not dev3's primary. A replica learns client acks only as "
-    "the primary's contiguous acked index (services/msgstore/replicated.py "
-    "replica_write, job.acked), so QoS 1 messages PUBACKed above a QoS 2 message whose "
-    "PUBCOMP is still owed are still on it (queue.failover: '499 messages kept' where "
-    "495 were unacknowledged) and come again on n2 with DUP = 1 "
-    "(message.acked on dev3, then message.delivered dup=true on dev2, same msg_id)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -330,7 +321,6 @@ def test_s3_a_subscriber_dropping_mid_stream_gets_the_exact_sequence_on_another_
     _check(run)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ACKED_AFTER_PUBREL)
 @_timeout(COUNT or SHORT)
 def test_s3_messages_acknowledged_after_a_waiting_pubrel_are_not_sent_again(
     cluster: Path, record_property: object
@@ -338,29 +328,16 @@ def test_s3_messages_acknowledged_after_a_waiting_pubrel_are_not_sent_again(
     """As above with Receive Maximum 10, but the subscriber goes on in order after the
     first PUBREL it leaves waiting: it PUBACKs QoS 1 messages and PUBRECs QoS 2 ones
     (their PUBRELs wait too) until 5 PUBRELs wait. The messages it PUBACKed must not come
-    again on n2: only the unanswered window does.
-
-    Only that assertion may fail as expected: any other failure is reported as one."""
+    again on n2: only the unanswered window does."""
     started = time.monotonic()
-    with _not_expected():
-        run = _stream(10, COUNT or SHORT, 5, "acked-after")
-        record_property("s3_seconds", round(time.monotonic() - started, 1))  # type: ignore[operator]
-        assert run.window and len(run.held) == 5 and run.acked_after, (
-            f"window {_brief(run.window)}, PUBRELs held {run.held}, acked {run.acked_after}"
-        )
+    run = _stream(10, COUNT or SHORT, 5, "acked-after")
+    record_property("s3_seconds", round(time.monotonic() - started, 1))  # type: ignore[operator]
+    assert run.window and len(run.held) == 5 and run.acked_after, (
+        f"window {_brief(run.window)}, PUBRELs held {run.held}, acked {run.acked_after}"
+    )
     again = [g for g in run.sub.publishes[run.dropped_at :] if g.payload in run.acked_after]
     assert not again, f"PUBACKed on n3, sent again on n2: {_brief(again)}"
-    with _not_expected():
-        _check(run)
-
-
-@contextlib.contextmanager
-def _not_expected() -> Iterator[None]:
-    """An assertion failing here is a plain failure, never the expected one of an xfail."""
-    try:
-        yield
-    except AssertionError as exc:
-        pytest.fail(f"{type(exc).__name__}: {exc}")
+    _check(run)
 
 
 def _first_difference(got: list[str], want: list[str]) -> str:

@@ -99,6 +99,8 @@ class NsCluster:
             "cluster.seeds": seeds,
             "cluster.forward_listen": f"{node.cluster_ip}:0",
             "cluster.registry_listen": f"{node.cluster_ip}:0",
+            # replication too: the default, 127.0.0.1, is the namespace's own loopback
+            "cluster.msgstore_listen": f"{node.cluster_ip}:0",
             "data_dir": str(node.dir / "data"),
             "log_dir": str(node.dir / "log"),
             "log.console": "off",

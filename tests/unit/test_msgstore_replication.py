@@ -111,6 +111,16 @@ def test_failover_reads_r_minus_w_plus_one_copies_and_takes_the_most_recent() ->
     assert choose({"a": (2, 5), "c": (2, 7)}, 3, 2) == "c"
 
 
+def test_a_tie_goes_to_the_copy_the_request_names_first() -> None:
+    """A live handover names the old primary first: its copy ends where the replicas'
+    do, but only it holds the acks its client sent out of order (S3)."""
+    tied = {"a": (3, 4), "b": (3, 4), "c": (3, 4)}
+    assert choose(tied, 3, 2) == "a"
+    assert choose(tied, 3, 2, prefer=["c", "a", "b"]) == "c"
+    assert choose(tied, 3, 2, prefer=["x", "b"]) == "b"  # named, though it did not answer
+    assert choose({"a": (3, 5), "c": (3, 4)}, 3, 2, prefer=["c"]) == "a"  # never a shorter log
+
+
 def test_a_log_keeps_runs_of_one_epoch() -> None:
     log = ReplicaLog.of([(1, 4), (1, 5), (2, 6), (4, 7), (4, 8)], epoch=4, base=(1, 3))
     assert log.runs == [(1, 4), (2, 6), (4, 7)] and log.last_seq == 8

@@ -216,7 +216,7 @@ class Failover:
         r, w = len(copies), min(self.w, len(copies))
         read = await self._fence_quorum(sid, copies, epoch, read_quorum(r, w))
         lasts: dict[str, Position] = {n: a.last for n, a in read.items()}
-        chosen = choose(lasts, r, w)
+        chosen = choose(lasts, r, w, prefer=copies)
         if chosen is None:
             why = (
                 f"only {len(read)} of the queue's {r} copies answered; a failover reads "

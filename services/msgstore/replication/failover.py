@@ -12,7 +12,7 @@ copies that log, writes its barrier and replicates to restore ``r`` copies.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from services.msgstore.replication.log import Position
 
@@ -22,10 +22,21 @@ def read_quorum(r: int, w: int) -> int:
     return r - w + 1
 
 
-def choose(lasts: Mapping[str, Position], r: int, w: int) -> str | None:
+def choose(
+    lasts: Mapping[str, Position], r: int, w: int, prefer: Sequence[str] = ()
+) -> str | None:
     """The replica to start from, given the last positions read (node -> position);
-    None with fewer than ``read_quorum`` answers. Ties go to the lowest node name, so
-    every node that reads the same answers chooses the same copy."""
+    None with fewer than ``read_quorum`` answers. Copies whose logs end at the same
+    position hold the same log, but not the same acknowledgements: a client's acks are
+    applied one by one on the primary, and its replicas learn only the contiguous
+    acknowledged index. So ties go to the earliest of ``prefer`` (the failover's copies
+    in its request's order: a live handover names the old primary first), then to the
+    lowest node name; every node that reads the same answers for the same request
+    chooses the same copy."""
     if len(lasts) < read_quorum(r, w):
         return None
-    return min(lasts, key=lambda node: (tuple(-x for x in lasts[node]), node))
+    rank = {node: i for i, node in enumerate(prefer)}
+    return min(
+        lasts,
+        key=lambda node: (tuple(-x for x in lasts[node]), rank.get(node, len(rank)), node),
+    )
