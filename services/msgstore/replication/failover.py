@@ -22,9 +22,7 @@ def read_quorum(r: int, w: int) -> int:
     return r - w + 1
 
 
-def choose(
-    lasts: Mapping[str, Position], r: int, w: int, prefer: Sequence[str] = ()
-) -> str | None:
+def choose(lasts: Mapping[str, Position], r: int, w: int, prefer: Sequence[str] = ()) -> str | None:
     """The replica to start from, given the last positions read (node -> position);
     None with fewer than ``read_quorum`` answers. Copies whose logs end at the same
     position hold the same log, but not the same acknowledgements: a client's acks are
