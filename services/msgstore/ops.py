@@ -320,6 +320,13 @@ def _delete(t: Txn, job: DeleteQueue) -> QueueState:
         )
     if job.replica_only and not meta.replica:
         return queue_state(t.txn, job.session, sess, meta, error="not a replica's copy here")
+    if not job.replica_only and meta.replica and job.epoch and job.epoch <= meta.epoch:
+        # A copy the primary of this epoch (or a newer one) feeds: the session it was
+        # this node's for is gone, but the queue is now another node's, which drops its
+        # copies itself. Deleting it here (a late eviction) made a hole a failover read.
+        return queue_state(
+            t.txn, job.session, sess, meta, error=f"a replica's copy at epoch {meta.epoch}"
+        )
     t.wipe(sess, meta)
     meta.exists = False
     meta.epoch = max(meta.epoch, job.epoch)

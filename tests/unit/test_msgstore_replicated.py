@@ -236,6 +236,25 @@ def test_a_primarys_drop_takes_a_replicas_copy_but_never_a_newer_primary(
     assert b.messages() == [b"A"]
 
 
+def test_a_late_eviction_never_deletes_a_replicas_copy_of_its_epoch_or_newer(
+    kind: str, tmp_path: Path
+) -> None:
+    """Found by the 1,000-fault run: a node cut off while its session moved on was told
+    late (an owed eviction at the epoch of the move) and deleted its queue, which by then
+    was a replica the new owner's primary fed at that epoch. The copy came back with a
+    hole, and a failover that read it lost the messages in the hole."""
+    a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
+    a.open(2, ("a", "b"))
+    a.append(b"A", b"B")
+    replicate(a, b)  # b's copy follows a's epoch 2
+    for epoch in (1, 2):
+        (state,) = b.store.write_group([DeleteQueue(C1, epoch, "taken over")])
+        assert isinstance(state, QueueState) and not state.deleted and state.error, epoch
+    assert b.messages() == [b"A", b"B"]
+    (state,) = b.store.write_group([DeleteQueue(C1, 3, "taken over")])  # a newer owner's
+    assert isinstance(state, QueueState) and state.deleted
+
+
 def test_an_open_without_replicas_keeps_the_set_and_one_with_a_single_node_ends_it(
     kind: str, tmp_path: Path
 ) -> None:

@@ -312,7 +312,9 @@ class Failover:
         the new primary resends what the client already acknowledged (S8). Sound
         because a client only acks what was delivered, which was committed first, so
         every copy's history holds the same entry at that seq."""
-        acked = max((a.base[1] for a in held.values()), default=0)
+        # A base at epoch 0 is where a copy made again after a delete began (the
+        # tombstone's last seq), not an index its primary acknowledged.
+        acked = max((a.base[1] for a in held.values() if a.base[0] > 0), default=0)
         here = await asyncio.to_thread(self.store.state, sid)
         if not here.exists or acked <= here.acked:
             return ""

@@ -126,8 +126,8 @@ class Giver:
             del self._given[key]
             return reply
         if req.discard or not s.persistent:
+            del self._given[key]  # given up whether or not the store deletes the queue
             await r.queues.delete(DeleteQueue(key, req.epoch, "taken over"))
-            del self._given[key]
             return reply
         try:
             entries, state = await r.backends.read_queue(key, given.epoch, 0)
