@@ -139,6 +139,12 @@ class Reconciler:
         )
 
     async def _end_here(self, s: Session, v: Entry | None) -> None:
+        if v is not None and v.live and v.owner == self.registrar.settings.node:
+            # This node's own newer claim: a registration under way here, which takes the
+            # old session over itself (or a lost attempt the next one finds). Handing the
+            # session "over" to this very node ended it under that registration, which
+            # then failed, and the retry found no session: found by the 1,000-fault run.
+            return
         current = self.registrar.table.get(s.key)
         if current is None or current.epoch != s.epoch:
             return  # registered again meanwhile: that registration claimed for itself
