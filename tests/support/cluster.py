@@ -31,8 +31,8 @@ def dev_cluster(base: Path, *sets: str) -> Iterator[Path]:
     for item in sets:
         args += ["--set", item]
     with ports_held():
-        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
-        try:
+        try:  # a start cut short (a test timeout while it ran) still stops what it started
+            done = subprocess.run(args, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stdout + done.stderr
             yield base
         finally:
