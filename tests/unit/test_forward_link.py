@@ -335,3 +335,43 @@ def test_a_hand_written_batch_reads_back_as_the_generated_classes_would(
         )
         == b"\x22" + bytes([len(one)]) + one
     )
+
+
+def test_a_copy_completed_while_an_ack_is_on_its_way_is_acknowledged_next() -> None:
+    """The receiving stream clears its wake-up before it reads the inbox: a copy that
+    completes while the previous acknowledgement is being sent (here: a member settling
+    its shared copy) is in the next one, not left until some other copy arrives."""
+    import asyncio
+    from collections.abc import AsyncIterator, Callable
+
+    from services.listener import convert
+    from services.listener.forward.receiver import ForwardServicer
+    from services.pb import forward_pb2
+
+    async def run() -> None:
+        dones: list[Callable[[str | None], None]] = []
+        servicer = ForwardServicer(lambda item, done, party: dones.append(done))
+        batches: asyncio.Queue[forward_pb2.ForwardBatch | None] = asyncio.Queue()
+
+        async def requests() -> AsyncIterator[forward_pb2.ForwardBatch]:
+            while (batch := await batches.get()) is not None:
+                yield batch
+
+        class Context:
+            async def send_initial_metadata(self, metadata: object) -> None:
+                pass
+
+        message = common_pb2.MqttMessage(topic="t", qos=1).SerializeToString()
+        body = convert.forwarded_body("", "c", 1, False, (), message, settle=True)
+        raw = convert.forward_batch("n1/l", 7, 0, [(1, body)])
+        await batches.put(forward_pb2.ForwardBatch.FromString(raw))
+        acks = servicer.Stream(requests(), Context())
+        first = await asyncio.wait_for(acks.__anext__(), 5)
+        assert (first.upto, list(first.unsettled)) == (1, [1])
+        dones[0](None)  # the member settles it before the stream asks for the next ack
+        second = await asyncio.wait_for(acks.__anext__(), 5)
+        assert (second.upto, list(second.failed), list(second.unsettled)) == (1, [], [])
+        await batches.put(None)
+        await acks.aclose()
+
+    asyncio.run(run())

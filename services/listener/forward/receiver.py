@@ -68,10 +68,12 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
         reader = asyncio.create_task(self._read(request_iterator, wake, attached, party))
         try:
             while True:
-                wake.clear()
                 waiter = asyncio.ensure_future(wake.wait())
                 await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
+                # Cleared before the inbox is read, never after: a copy that completes
+                # while this ack is on its way (the yield) sets it again for the next turn.
+                wake.clear()
                 if attached:
                     inbox = self.inboxes.get(attached[0])
                     ack = inbox.take_ack(again=first) if inbox else None
