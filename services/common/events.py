@@ -114,9 +114,8 @@ _SPECS: Final = [
         "session.claimed",
         "This node won a client id's register for a CONNECT (debug): what the register "
         "held before and how the session came here (path: new, here, released, "
-        "lost_attempt, handover, handover_replicated, handover_absent, failover, "
-        "failover_absent, "
-        "evicted, owed).",
+        "lost_attempt, handover, handover_replicated, handover_absent, kept, reclaimed, "
+        "failover, failover_absent, evicted, owed).",
         client_id="str",
         mountpoint="str",
         epoch="int",
@@ -185,6 +184,17 @@ _SPECS: Final = [
         node="str",
         via="str",
         reason="str",
+    ),
+    _e(
+        "session.reclaimed",
+        "A client resumed, on this node, a persistent session this node had handed over "
+        "to a claim that failed before it released it: the queue, still here and whole, "
+        "is the session's again (``epoch``: the queue's, ``last_seq``: its last message "
+        "when it was handed over).",
+        client_id="str",
+        mountpoint="str",
+        epoch="int",
+        last_seq="int",
     ),
     _e(
         "session.release_failed",

@@ -27,15 +27,15 @@ from services.pb import msgstore_pb2 as services_dot_pb_dot_msgstore__pb2
 from services.pb import registry_pb2 as services_dot_pb_dot_registry__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18services/pb/quorum.proto\x12\rternmq.quorum\x1a\x18services/pb/common.proto\x1a\x1aservices/pb/msgstore.proto\x1a\x1aservices/pb/registry.proto\"k\n\x0cMergeRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueEntry\x12\x0c\n\x04node\x18\x03 \x01(\t\"+\n\nMergeReply\x12\r\n\x05\x65rror\x18\x01 \x01(\t\x12\x0e\n\x06merged\x18\x02 \x01(\r\"<\n\x06\x42\x61llot\x12\x0f\n\x07\x63ounter\x18\x01 \x01(\x04\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0c\n\x04node\x18\x03 \x01(\t\"Z\n\x05\x45ntry\x12\r\n\x05owner\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x10\n\x08replicas\x18\x03 \x03(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x12\n\npersistent\x18\x05 \x01(\x08\"}\n\x04Slot\x12\'\n\x08promised\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\'\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12#\n\x05value\x18\x03 \x01(\x0b\x32\x14.ternmq.quorum.Entry\"Y\n\x0ePrepareRequest\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12 \n\x04keys\x18\x02 \x03(\x0b\x32\x12.ternmq.SessionKey\"x\n\x07Promise\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\'\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12#\n\x05value\x18\x03 \x01(\x0b\x32\x14.ternmq.quorum.Entry\"S\n\x07Refusal\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\'\n\x08promised\x18\x02 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\"\xac\x01\n\x0cPrepareReply\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12(\n\x08promises\x18\x04 \x03(\x0b\x32\x16.ternmq.quorum.Promise\x12(\n\x08refusals\x18\x05 \x03(\x0b\x32\x16.ternmq.quorum.Refusal\"P\n\x08Proposal\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.ternmq.quorum.Entry\"w\n\rAcceptRequest\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12*\n\tproposals\x18\x03 \x03(\x0b\x32\x17.ternmq.quorum.Proposal\"\xa7\x01\n\x0b\x41\x63\x63\x65ptReply\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12$\n\x08\x61\x63\x63\x65pted\x18\x04 \x03(\x0b\x32\x12.ternmq.SessionKey\x12(\n\x08refusals\x18\x05 \x03(\x0b\x32\x16.ternmq.quorum.Refusal\"\xd5\x01\n\x0fHandoverRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0c\n\x04node\x18\x03 \x01(\t\x12+\n\x05phase\x18\x04 \x01(\x0e\x32\x1c.ternmq.quorum.HandoverPhase\x12\x0f\n\x07\x64iscard\x18\x05 \x01(\x08\x12\x11\n\tafter_seq\x18\x06 \x01(\x04\x12\r\n\x05route\x18\x07 \x01(\t\x12\x12\n\nkeep_queue\x18\x08 \x01(\x08\x12\x10\n\x08relay_to\x18\t \x01(\t\"\x8a\x02\n\rHandoverReply\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\x12\n\npersistent\x18\x02 \x01(\x08\x12\x16\n\x0esession_expiry\x18\x03 \x01(\r\x12\x11\n\tproto_ver\x18\x04 \x01(\r\x12,\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueEntry\x12\x14\n\x0cinbound_qos2\x18\x06 \x03(\x04\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x10\n\x08last_seq\x18\x08 \x01(\x04\x12\x16\n\x0e\x64\x65livered_upto\x18\t \x01(\x04\x12\x17\n\x0foutbound_pubrel\x18\n \x03(\x04\x12\x13\n\x0bunconfirmed\x18\x0b \x01(\x08\"+\n\x0bKeysRequest\x12\r\n\x05\x61\x66ter\x18\x01 \x01(\r\x12\r\n\x05limit\x18\x02 \x01(\r\"P\n\tKeysReply\x12 \n\x04keys\x18\x01 \x03(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04next\x18\x02 \x01(\r\x12\x13\n\x0b\x63\x61tching_up\x18\x03 \x01(\x08\"D\n\x0eRegistryRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04*8\n\rHandoverPhase\x12\x11\n\rHANDOVER_TAKE\x10\x00\x12\x14\n\x10HANDOVER_RELEASE\x10\x01\x32\xaa\x03\n\x06Quorum\x12\x45\n\x07Prepare\x12\x1d.ternmq.quorum.PrepareRequest\x1a\x1b.ternmq.quorum.PrepareReply\x12\x42\n\x06\x41\x63\x63\x65pt\x12\x1c.ternmq.quorum.AcceptRequest\x1a\x1a.ternmq.quorum.AcceptReply\x12H\n\x08Handover\x12\x1e.ternmq.quorum.HandoverRequest\x1a\x1c.ternmq.quorum.HandoverReply\x12<\n\x04Keys\x12\x1a.ternmq.quorum.KeysRequest\x1a\x18.ternmq.quorum.KeysReply\x12L\n\x08Sessions\x12 .ternmq.registry.SessionsRequest\x1a\x1e.ternmq.registry.SessionsReply\x12?\n\x05Merge\x12\x1b.ternmq.quorum.MergeRequest\x1a\x19.ternmq.quorum.MergeReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18services/pb/quorum.proto\x12\rternmq.quorum\x1a\x18services/pb/common.proto\x1a\x1aservices/pb/msgstore.proto\x1a\x1aservices/pb/registry.proto\"k\n\x0cMergeRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueEntry\x12\x0c\n\x04node\x18\x03 \x01(\t\"+\n\nMergeReply\x12\r\n\x05\x65rror\x18\x01 \x01(\t\x12\x0e\n\x06merged\x18\x02 \x01(\r\"<\n\x06\x42\x61llot\x12\x0f\n\x07\x63ounter\x18\x01 \x01(\x04\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0c\n\x04node\x18\x03 \x01(\t\"i\n\x05\x45ntry\x12\r\n\x05owner\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x10\n\x08replicas\x18\x03 \x03(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x12\n\npersistent\x18\x05 \x01(\x08\x12\r\n\x05prior\x18\x06 \x01(\x04\"}\n\x04Slot\x12\'\n\x08promised\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\'\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12#\n\x05value\x18\x03 \x01(\x0b\x32\x14.ternmq.quorum.Entry\"Y\n\x0ePrepareRequest\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12 \n\x04keys\x18\x02 \x03(\x0b\x32\x12.ternmq.SessionKey\"x\n\x07Promise\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\'\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12#\n\x05value\x18\x03 \x01(\x0b\x32\x14.ternmq.quorum.Entry\"S\n\x07Refusal\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\'\n\x08promised\x18\x02 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\"\xac\x01\n\x0cPrepareReply\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12(\n\x08promises\x18\x04 \x03(\x0b\x32\x16.ternmq.quorum.Promise\x12(\n\x08refusals\x18\x05 \x03(\x0b\x32\x16.ternmq.quorum.Refusal\"P\n\x08Proposal\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.ternmq.quorum.Entry\"w\n\rAcceptRequest\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12*\n\tproposals\x18\x03 \x03(\x0b\x32\x17.ternmq.quorum.Proposal\"\xa7\x01\n\x0b\x41\x63\x63\x65ptReply\x12%\n\x06\x62\x61llot\x18\x01 \x01(\x0b\x32\x15.ternmq.quorum.Ballot\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12$\n\x08\x61\x63\x63\x65pted\x18\x04 \x03(\x0b\x32\x12.ternmq.SessionKey\x12(\n\x08refusals\x18\x05 \x03(\x0b\x32\x16.ternmq.quorum.Refusal\"\xd5\x01\n\x0fHandoverRequest\x12\x1f\n\x03key\x18\x01 \x01(\x0b\x32\x12.ternmq.SessionKey\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0c\n\x04node\x18\x03 \x01(\t\x12+\n\x05phase\x18\x04 \x01(\x0e\x32\x1c.ternmq.quorum.HandoverPhase\x12\x0f\n\x07\x64iscard\x18\x05 \x01(\x08\x12\x11\n\tafter_seq\x18\x06 \x01(\x04\x12\r\n\x05route\x18\x07 \x01(\t\x12\x12\n\nkeep_queue\x18\x08 \x01(\x08\x12\x10\n\x08relay_to\x18\t \x01(\t\"\x8a\x02\n\rHandoverReply\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\x12\n\npersistent\x18\x02 \x01(\x08\x12\x16\n\x0esession_expiry\x18\x03 \x01(\r\x12\x11\n\tproto_ver\x18\x04 \x01(\r\x12,\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x1b.ternmq.msgstore.QueueEntry\x12\x14\n\x0cinbound_qos2\x18\x06 \x03(\x04\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x10\n\x08last_seq\x18\x08 \x01(\x04\x12\x16\n\x0e\x64\x65livered_upto\x18\t \x01(\x04\x12\x17\n\x0foutbound_pubrel\x18\n \x03(\x04\x12\x13\n\x0bunconfirmed\x18\x0b \x01(\x08\"+\n\x0bKeysRequest\x12\r\n\x05\x61\x66ter\x18\x01 \x01(\r\x12\r\n\x05limit\x18\x02 \x01(\r\"P\n\tKeysReply\x12 \n\x04keys\x18\x01 \x03(\x0b\x32\x12.ternmq.SessionKey\x12\x0c\n\x04next\x18\x02 \x01(\r\x12\x13\n\x0b\x63\x61tching_up\x18\x03 \x01(\x08\"D\n\x0eRegistryRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04*8\n\rHandoverPhase\x12\x11\n\rHANDOVER_TAKE\x10\x00\x12\x14\n\x10HANDOVER_RELEASE\x10\x01\x32\xaa\x03\n\x06Quorum\x12\x45\n\x07Prepare\x12\x1d.ternmq.quorum.PrepareRequest\x1a\x1b.ternmq.quorum.PrepareReply\x12\x42\n\x06\x41\x63\x63\x65pt\x12\x1c.ternmq.quorum.AcceptRequest\x1a\x1a.ternmq.quorum.AcceptReply\x12H\n\x08Handover\x12\x1e.ternmq.quorum.HandoverRequest\x1a\x1c.ternmq.quorum.HandoverReply\x12<\n\x04Keys\x12\x1a.ternmq.quorum.KeysRequest\x1a\x18.ternmq.quorum.KeysReply\x12L\n\x08Sessions\x12 .ternmq.registry.SessionsRequest\x1a\x1e.ternmq.registry.SessionsReply\x12?\n\x05Merge\x12\x1b.ternmq.quorum.MergeRequest\x1a\x19.ternmq.quorum.MergeReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'services.pb.quorum_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_HANDOVERPHASE']._serialized_start=2088
-  _globals['_HANDOVERPHASE']._serialized_end=2144
+  _globals['_HANDOVERPHASE']._serialized_start=2103
+  _globals['_HANDOVERPHASE']._serialized_end=2159
   _globals['_MERGEREQUEST']._serialized_start=125
   _globals['_MERGEREQUEST']._serialized_end=232
   _globals['_MERGEREPLY']._serialized_start=234
@@ -43,33 +43,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BALLOT']._serialized_start=279
   _globals['_BALLOT']._serialized_end=339
   _globals['_ENTRY']._serialized_start=341
-  _globals['_ENTRY']._serialized_end=431
-  _globals['_SLOT']._serialized_start=433
-  _globals['_SLOT']._serialized_end=558
-  _globals['_PREPAREREQUEST']._serialized_start=560
-  _globals['_PREPAREREQUEST']._serialized_end=649
-  _globals['_PROMISE']._serialized_start=651
-  _globals['_PROMISE']._serialized_end=771
-  _globals['_REFUSAL']._serialized_start=773
-  _globals['_REFUSAL']._serialized_end=856
-  _globals['_PREPAREREPLY']._serialized_start=859
-  _globals['_PREPAREREPLY']._serialized_end=1031
-  _globals['_PROPOSAL']._serialized_start=1033
-  _globals['_PROPOSAL']._serialized_end=1113
-  _globals['_ACCEPTREQUEST']._serialized_start=1115
-  _globals['_ACCEPTREQUEST']._serialized_end=1234
-  _globals['_ACCEPTREPLY']._serialized_start=1237
-  _globals['_ACCEPTREPLY']._serialized_end=1404
-  _globals['_HANDOVERREQUEST']._serialized_start=1407
-  _globals['_HANDOVERREQUEST']._serialized_end=1620
-  _globals['_HANDOVERREPLY']._serialized_start=1623
-  _globals['_HANDOVERREPLY']._serialized_end=1889
-  _globals['_KEYSREQUEST']._serialized_start=1891
-  _globals['_KEYSREQUEST']._serialized_end=1934
-  _globals['_KEYSREPLY']._serialized_start=1936
-  _globals['_KEYSREPLY']._serialized_end=2016
-  _globals['_REGISTRYRECORD']._serialized_start=2018
-  _globals['_REGISTRYRECORD']._serialized_end=2086
-  _globals['_QUORUM']._serialized_start=2147
-  _globals['_QUORUM']._serialized_end=2573
+  _globals['_ENTRY']._serialized_end=446
+  _globals['_SLOT']._serialized_start=448
+  _globals['_SLOT']._serialized_end=573
+  _globals['_PREPAREREQUEST']._serialized_start=575
+  _globals['_PREPAREREQUEST']._serialized_end=664
+  _globals['_PROMISE']._serialized_start=666
+  _globals['_PROMISE']._serialized_end=786
+  _globals['_REFUSAL']._serialized_start=788
+  _globals['_REFUSAL']._serialized_end=871
+  _globals['_PREPAREREPLY']._serialized_start=874
+  _globals['_PREPAREREPLY']._serialized_end=1046
+  _globals['_PROPOSAL']._serialized_start=1048
+  _globals['_PROPOSAL']._serialized_end=1128
+  _globals['_ACCEPTREQUEST']._serialized_start=1130
+  _globals['_ACCEPTREQUEST']._serialized_end=1249
+  _globals['_ACCEPTREPLY']._serialized_start=1252
+  _globals['_ACCEPTREPLY']._serialized_end=1419
+  _globals['_HANDOVERREQUEST']._serialized_start=1422
+  _globals['_HANDOVERREQUEST']._serialized_end=1635
+  _globals['_HANDOVERREPLY']._serialized_start=1638
+  _globals['_HANDOVERREPLY']._serialized_end=1904
+  _globals['_KEYSREQUEST']._serialized_start=1906
+  _globals['_KEYSREQUEST']._serialized_end=1949
+  _globals['_KEYSREPLY']._serialized_start=1951
+  _globals['_KEYSREPLY']._serialized_end=2031
+  _globals['_REGISTRYRECORD']._serialized_start=2033
+  _globals['_REGISTRYRECORD']._serialized_end=2101
+  _globals['_QUORUM']._serialized_start=2162
+  _globals['_QUORUM']._serialized_end=2588
 # @@protoc_insertion_point(module_scope)

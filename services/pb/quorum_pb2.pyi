@@ -46,18 +46,20 @@ class Ballot(_message.Message):
     def __init__(self, counter: _Optional[int] = ..., incarnation: _Optional[int] = ..., node: _Optional[str] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("owner", "epoch", "replicas", "state", "persistent")
+    __slots__ = ("owner", "epoch", "replicas", "state", "persistent", "prior")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PERSISTENT_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_FIELD_NUMBER: _ClassVar[int]
     owner: str
     epoch: int
     replicas: _containers.RepeatedScalarFieldContainer[str]
     state: str
     persistent: bool
-    def __init__(self, owner: _Optional[str] = ..., epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., persistent: _Optional[bool] = ...) -> None: ...
+    prior: int
+    def __init__(self, owner: _Optional[str] = ..., epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., persistent: _Optional[bool] = ..., prior: _Optional[int] = ...) -> None: ...
 
 class Slot(_message.Message):
     __slots__ = ("promised", "accepted", "value")

@@ -317,7 +317,7 @@ class Registrar:
             if behind is not None:
                 self.queues.open_behind(behind)
             if not confirmed and plan.session_present and plan.keeps_queue:
-                await self._all_delivered(c.key, epoch)
+                await self.all_delivered(c.key, epoch)
             if plan.session_present and c.route and len(self.hub) > 1:
                 # Several listener processes: the others may hold the session's
                 # subscriptions as another process's (or their own, from an earlier
@@ -326,7 +326,7 @@ class Registrar:
                 self.hub.broadcast(moved_command(c.key, c.route))
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
 
-    async def _all_delivered(self, key: SessionKey, epoch: int) -> None:
+    async def all_delivered(self, key: SessionKey, epoch: int) -> None:
         """The old connection's end was not confirmed: it may have sent entries whose
         delivery marks never reached the queue. Every entry counts as sent, so the resume
         replays each with DUP [MQTT-3.3.1-1]; one that was never sent carries a DUP it

@@ -4,7 +4,7 @@ by a 3-node CONNECT race that left two live sessions of one id)."""
 
 from __future__ import annotations
 
-from services.registry.cluster.claims import lost_attempt
+from services.registry.cluster.claims import lost_attempt, superseded_here
 from services.registry.quorum.register import DELETED, ONLINE, Claim, Entry, Release
 
 A, B = "a@h", "b@h"
@@ -32,3 +32,24 @@ def test_another_owner_or_a_tombstone_is_not_a_lost_attempt() -> None:
     released = Release(7).apply(Entry(B, 7, (B,), ONLINE))
     assert released is not None and released.state == DELETED
     assert not lost_attempt(released, B, None)
+
+
+def test_an_attempt_made_over_the_local_session_leaves_it_the_ids() -> None:
+    # B's session at epoch e; the first round of B's next claim took effect unseen;
+    # the retry reads that attempt, which superseded B's own entry
+    mine = Claim(B, (B,), persistent=True).apply(Claim(A, (A,)).apply(None))
+    assert mine is not None
+    attempt = Claim(B, (B,), persistent=True, floor=mine.epoch + 5).apply(mine)
+    assert attempt is not None
+    assert lost_attempt(attempt, B, mine.epoch)
+    assert superseded_here(attempt, mine.epoch)  # whatever the floor made of its epoch
+
+
+def test_an_attempt_over_another_owner_leaves_the_local_copy_stale() -> None:
+    mine = Claim(B, (B,), persistent=True).apply(None)
+    assert mine is not None
+    theirs = Claim(A, (A,)).apply(mine)  # A took the id while B's copy stayed
+    attempt = Claim(B, (B,)).apply(theirs)
+    assert attempt is not None and lost_attempt(attempt, B, mine.epoch)
+    assert not superseded_here(attempt, mine.epoch)
+    assert not superseded_here(attempt, None)

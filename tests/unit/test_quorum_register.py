@@ -72,15 +72,15 @@ def test_worked_example_of_the_changes() -> None:
     e3 = SetState(7, ONLINE).apply(e2)
     assert e3 == e2
     e4 = Claim("b", ("b", "c")).apply(e3)
-    assert e4 == Entry("b", 2, ("b", "c"), ONLINE)
+    assert e4 == Entry("b", 2, ("b", "c"), ONLINE, prior=1)
     e5 = Release(2).apply(e4)
-    assert e5 == Entry("b", 2, ("b", "c"), DELETED)
+    assert e5 == Entry("b", 2, ("b", "c"), DELETED, prior=1)
 
 
 def test_a_released_register_keeps_its_epoch_for_the_next_claim() -> None:
     gone = Release(3).apply(e("a", 3))
     assert gone is not None and gone.state == DELETED
-    assert Claim("b", ("b",)).apply(gone) == Entry("b", 4, ("b",), ONLINE)
+    assert Claim("b", ("b",)).apply(gone) == Entry("b", 4, ("b",), ONLINE, prior=3)
     assert Release(3).apply(None) is None
     assert SetState(1, OFFLINE).apply(None) is None
     assert Read().apply(gone) is gone
@@ -90,7 +90,7 @@ def test_a_failover_takes_an_offline_replicated_session_only_from_the_dead_owner
     owned = Claim("a", ("a", "b", "c"), persistent=True).apply(None)
     assert owned is not None
     moved = FailOver("a", "b", ("b", "c")).apply(owned)
-    assert moved == Entry("b", 2, ("b", "c"), OFFLINE, True)
+    assert moved == Entry("b", 2, ("b", "c"), OFFLINE, True, prior=1)
     # a second failover for the same death, or one by a node without a copy: nothing
     assert FailOver("a", "c", ("c", "b")).apply(moved) == moved
     assert FailOver("a", "d", ("d",)).apply(owned) == owned
@@ -101,7 +101,9 @@ def test_a_failover_takes_an_offline_replicated_session_only_from_the_dead_owner
     assert FailOver("a", "b", ("b",)).apply(gone) == gone
     assert FailOver("a", "b", ("b",)).apply(None) is None
     # the floor keeps the node's own fencing tokens below the new epoch
-    assert FailOver("a", "b", ("b",), floor=9).apply(owned) == Entry("b", 9, ("b",), OFFLINE, True)
+    assert FailOver("a", "b", ("b",), floor=9).apply(owned) == Entry(
+        "b", 9, ("b",), OFFLINE, True, prior=1
+    )
 
 
 def test_only_a_session_nobody_else_owns_loses_its_subscriptions_with_a_stale_report() -> None:
@@ -326,7 +328,7 @@ def test_worked_example_of_the_proposer() -> None:
     assert out == Output(tuple(Send(m, Prepare(ballot, (K,))) for m in ABC))
     assert p.step(PrepareReply(ballot, "b", 1, (Promise(K, ZERO, None),), ())) == Output()
     out = p.step(PrepareReply(ballot, "c", 2, (Promise(K, Ballot(1, 3, "c"), e4),), ()))
-    new = Entry("a", 5, ("a", "b"), ONLINE)
+    new = Entry("a", 5, ("a", "b"), ONLINE, prior=4)
     assert out.sends == (
         Send("b", Accept(ballot, 1, (Proposal(K, new),))),
         Send("c", Accept(ballot, 2, (Proposal(K, new),))),
@@ -518,7 +520,7 @@ def test_a_wiped_acceptor_that_votes_at_once_can_lose_a_commit() -> None:
     to_b = Output(tuple(s for s in out.sends if s.to == "b"))
     done = run_waves(pc, safe, to_b)[-1].outcomes
     assert done == (
-        Committed(K, ballot, Entry("a", 1, ("a",), ONLINE), Entry("c", 2, ("c",), ONLINE)),
+        Committed(K, ballot, Entry("a", 1, ("a",), ONLINE), Entry("c", 2, ("c",), ONLINE, prior=1)),
     )
 
 
@@ -570,10 +572,10 @@ def test_a_wiped_node_catches_up_and_votes_again() -> None:
     while sim.nodes["n1"].catch_up is not None:
         sim.catch_up_step("n1")
         sim.drain()
-    assert sim.nodes["n1"].acceptor.slot(K).value == Entry("n0", 4, ("n0",), ONLINE)
+    assert sim.nodes["n1"].acceptor.slot(K).value == Entry("n0", 4, ("n0",), ONLINE, prior=3)
     # n1 votes again: with n2 wiped now, n0 and n1 still make a majority
     assert sim.wipe("n2")
-    assert sim.read_all("n0")[K] == Entry("n0", 4, ("n0",), ONLINE)
+    assert sim.read_all("n0")[K] == Entry("n0", 4, ("n0",), ONLINE, prior=3)
     check(sim)
 
 

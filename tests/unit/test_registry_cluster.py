@@ -56,8 +56,10 @@ keys = st.tuples(st.sampled_from(["", "mp"]), st.text(min_size=1, max_size=8))
 def test_a_claim_takes_the_epoch_above_the_register_and_the_floor() -> None:
     e = Claim(A, (A,), floor=1).apply(None)
     assert e == Entry(A, 1, (A,), ONLINE, False)
-    assert Claim(B, (B,), floor=500).apply(e) == Entry(B, 500, (B,), ONLINE, False)
-    assert Claim(B, (B,), floor=0).apply(Entry(A, 7, (A,), ONLINE)) == Entry(B, 8, (B,), ONLINE)
+    assert Claim(B, (B,), floor=500).apply(e) == Entry(B, 500, (B,), ONLINE, False, prior=1)
+    assert Claim(B, (B,), floor=0).apply(Entry(A, 7, (A,), ONLINE)) == Entry(
+        B, 8, (B,), ONLINE, prior=7
+    )
 
 
 def test_resuming_a_queue_whose_every_holder_is_down_leaves_the_register_as_it_is() -> None:
@@ -68,7 +70,7 @@ def test_resuming_a_queue_whose_every_holder_is_down_leaves_the_register_as_it_i
     assert not stranded(held, A, frozenset({A})), "the holder itself may take it back"
     assert not stranded(held, B, frozenset()), "a live holder hands it over"
     # A clean start, or a session that was not persistent, goes ahead.
-    assert Claim(B, (B,), down=frozenset({A})).apply(held) == Entry(B, 5, (B,), ONLINE)
+    assert Claim(B, (B,), down=frozenset({A})).apply(held) == Entry(B, 5, (B,), ONLINE, prior=4)
     clean = Entry(A, 4, (A,), ONLINE, persistent=False)
     resumed = Claim(B, (B,), resume=True, down=frozenset({A})).apply(clean)
     assert resumed is not None and resumed.owner == B
@@ -78,11 +80,11 @@ def test_resuming_a_queue_whose_every_holder_is_down_leaves_the_register_as_it_i
 def test_a_resumed_queue_stays_on_its_holders_until_it_is_recorded_as_moved() -> None:
     held = Entry(A, 4, (A,), ONLINE, persistent=True)
     claimed = Claim(B, (B,), resume=True, persistent=True).apply(held)
-    assert claimed == Entry(B, 5, (A,), ONLINE, True)
+    assert claimed == Entry(B, 5, (A,), ONLINE, True, prior=4)
     moved = Relocate(5, (B,)).apply(claimed)
-    assert moved == Entry(B, 5, (B,), ONLINE, True)
+    assert moved == Entry(B, 5, (B,), ONLINE, True, prior=4)
     assert Relocate(4, (B,)).apply(claimed) is claimed, "an older epoch moves nothing"
-    assert Release(5).apply(moved) == Entry(B, 5, (B,), DELETED, True)
+    assert Release(5).apply(moved) == Entry(B, 5, (B,), DELETED, True, prior=4)
 
 
 @given(ballots, ballots, values)
@@ -162,7 +164,7 @@ def test_requests_that_arrive_during_a_commit_share_the_next_one() -> None:
 def test_adopt_enters_an_unknown_session_and_never_takes_one_away() -> None:
     assert Adopt(A, 9, True).apply(None) == Entry(A, 9, (A,), ONLINE, True)
     gone = Entry(B, 4, (B,), DELETED)
-    assert Adopt(A, 9, False).apply(gone) == Entry(A, 9, (A,), ONLINE, False)
+    assert Adopt(A, 9, False).apply(gone) == Entry(A, 9, (A,), ONLINE, False, prior=4)
     assert Adopt(A, 3, False).apply(gone) is gone, "released at a newer epoch: stale here"
     live = Entry(B, 2, (B,), ONLINE)
     assert Adopt(A, 9, False).apply(live) is live

@@ -34,7 +34,7 @@ from services.common.session_key import SessionKey
 from services.pb import msgstore_pb2, quorum_pb2
 from services.registry.backends import BackendError
 from services.registry.cluster import codec
-from services.registry.cluster.handover import Taken, adopted, open_step
+from services.registry.cluster.handover import Giver, Taken, adopted, open_step
 from services.registry.cluster.peers import Peers
 from services.registry.cluster.quorum_client import QuorumClient
 from services.registry.quorum.proposer import Committed
@@ -65,6 +65,30 @@ def lost_attempt(previous: Entry, node: str, local_epoch: int | None) -> bool:
     return previous.live and previous.owner == node and previous.epoch != local_epoch
 
 
+def holders_after(path: str, replica_set: tuple[str, ...], node: str) -> tuple[str, ...]:
+    """Where the id's queue is kept once a claim that took ``path`` brought the session
+    here, for the register to record; () when the claim's own value says it already.
+
+    With R > 1, the set this node's msgstore replicates to from now on. With R = 1, this
+    node after ``handover_absent``: the resumed session's recorded holder had no record
+    of it (a claim there took effect, then its CONNECT was refused), so the session
+    starts afresh here, while the claim kept naming that holder. Left so, the next
+    claim asked that holder again, found nothing, and ended this session: a resume
+    after a persistent session got session_present 0 (the S4 race test met it). A
+    ``handover`` records the move itself; every other path's claim named this node."""
+    if replica_set:
+        return replica_set
+    return (node,) if path == "handover_absent" else ()
+
+
+def superseded_here(previous: Entry, local_epoch: int | None) -> bool:
+    """Whether ``previous``, a lost attempt of this node, was applied to the entry of
+    the session this node's table holds (at ``local_epoch``, an epoch only this node's
+    own claim set), so that session is still the id's and the retry resumes it. Any
+    other prior entry may be another node's newer session, and the local copy stale."""
+    return local_epoch is not None and previous.prior == local_epoch
+
+
 DOWN_POLL = 0.1  # s between looks at the view while a handover call is out
 
 
@@ -73,10 +97,13 @@ class Unreachable(ClaimRefused):
 
 
 class Claims:
-    def __init__(self, registrar: Registrar, quorum: QuorumClient, peers: Peers) -> None:
+    def __init__(
+        self, registrar: Registrar, quorum: QuorumClient, peers: Peers, giver: Giver
+    ) -> None:
         self.registrar = registrar
         self.quorum = quorum
         self.peers = peers
+        self.giver = giver
         # A node that could not be told of a newer epoch: told when it is back up
         # (``services.registry.cluster.reconcile.Reconciler.owe``; start.py sets it).
         self.owe: Callable[[str, SessionKey, int], None] = lambda node, key, epoch: None
@@ -113,6 +140,7 @@ class Claims:
             owner = previous.owner if previous is not None else "?"
             raise ClaimRefused(f"the session's queue is on {owner}, which is down")
         r.table.raise_epoch(value.epoch - 1)
+        self.giver.claimed(c.key, value.epoch)
         if previous is not None and previous.live and previous.persistent and not c.clean_start:
             r.keeping(c.key, holders(previous))  # the copies that hold its queue stay
         else:
@@ -122,7 +150,7 @@ class Claims:
             self._log_claimed(c.key, value, previous, path)
         if subscriptions_void(previous, node, c.clean_start):
             await self._drop_old_subscriptions(c.key)
-        await self._record_replicas(c.key, value)
+        await self._record_replicas(c.key, value, path)
         return value.epoch
 
     async def _drop_old_subscriptions(self, key: SessionKey) -> None:
@@ -150,10 +178,11 @@ class Claims:
             path=path,
         )
 
-    async def _record_replicas(self, key: SessionKey, value: Entry) -> None:
+    async def _record_replicas(self, key: SessionKey, value: Entry, path: str) -> None:
         """The register names where the queue is kept, so that a failover knows which
-        copies to read: the set this node's msgstore replicates to from now on."""
-        wanted = self.registrar.replica_set(key)
+        copies to read, and the next claim where to ask for the session."""
+        r = self.registrar
+        wanted = holders_after(path, r.replica_set(key), r.settings.node)
         if not wanted or value.replicas == wanted:
             return
         moved = await self.quorum.change(key, Relocate(value.epoch, wanted))
@@ -174,10 +203,15 @@ class Claims:
         primary = holders(previous)[0]
         source = primary if primary != node else None
         if not previous.live or (source is None and previous.owner == node):
+            local_epoch = local.epoch if local is not None else None
+            lost = lost_attempt(previous, node, local_epoch)
             stale = local is not None and (not previous.live or local.epoch != previous.epoch)
-            if stale:
-                r.table.demote(c.key)  # released, or superseded while this node was away
-            if lost_attempt(previous, node, local.epoch if local is not None else None):
+            if stale and not (lost and superseded_here(previous, local_epoch)):
+                # Released, or superseded while this node was away. Not a lost attempt
+                # made right over the session here: demoting that one lost a persistent
+                # session whose CONNECT's first round timed out (S4 race test).
+                r.table.demote(c.key)
+            if lost:
                 # The owner that attempt superseded is not known here: whoever it is,
                 # it ends its session (a clean start, or a queue the resume keeps
                 # where ``holders`` says, which is not here).
@@ -221,6 +255,15 @@ class Claims:
             if taken.present and taken.persistent:
                 await self._move_queue(c.key, source, value, taken, c.route or node)
                 return "handover"  # adopted: the local copy is replaced
+            if primary == node:
+                # The register still names this node as the queue's holder, and the
+                # owner it names never took the session: that claim failed (its
+                # CONNECT refused), before its TAKE or after it. The session is here,
+                # in the table or given but not released.
+                if r.table.get(c.key) is not None:
+                    return "kept"
+                if await self.giver.reclaim(c.key) is not None:
+                    return "reclaimed"
             path = "handover_absent"
         elif not await self.evict(source, c.key, value.epoch):
             self.owe(source, c.key, value.epoch)  # paused or cut off: told when it answers

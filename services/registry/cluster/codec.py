@@ -36,12 +36,17 @@ def ballot_of(pb: quorum_pb2.Ballot) -> Ballot:
 
 def entry_pb(e: Entry) -> quorum_pb2.Entry:
     return quorum_pb2.Entry(
-        owner=e.owner, epoch=e.epoch, replicas=e.replicas, state=e.state, persistent=e.persistent
+        owner=e.owner,
+        epoch=e.epoch,
+        replicas=e.replicas,
+        state=e.state,
+        persistent=e.persistent,
+        prior=e.prior,
     )
 
 
 def entry_of(pb: quorum_pb2.Entry) -> Entry:
-    return Entry(pb.owner, pb.epoch, tuple(pb.replicas), pb.state, pb.persistent)
+    return Entry(pb.owner, pb.epoch, tuple(pb.replicas), pb.state, pb.persistent, pb.prior)
 
 
 def _value_pb(value: Entry | None) -> quorum_pb2.Entry | None:

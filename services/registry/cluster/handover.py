@@ -24,6 +24,7 @@ and asks ``A`` again, which still has the queue (its TAKE is repeatable until RE
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,9 @@ from services.registry.sessions import US, DeleteQueue, NotifyTakeover, OpenQueu
 
 if TYPE_CHECKING:
     from services.registry.registrar import Registrar
+
+
+CLAIMED_MAX = 100_000  # ids whose winning claim here is remembered
 
 
 @dataclass(slots=True)
@@ -71,6 +75,17 @@ class Giver:
     def __init__(self, registrar: Registrar) -> None:
         self.registrar = registrar
         self._given: dict[SessionKey, _Given] = {}
+        # The newest epoch this node's own claims won per id (bounded, oldest first):
+        # a TAKE below it comes from a claim that lost to this node's, and must not
+        # carry off the session this node's registration is about to resume.
+        self._claimed: OrderedDict[SessionKey, int] = OrderedDict()
+
+    def claimed(self, key: SessionKey, epoch: int) -> None:
+        if self._claimed.get(key, 0) < epoch:
+            self._claimed[key] = epoch
+            self._claimed.move_to_end(key)
+            while len(self._claimed) > CLAIMED_MAX:
+                self._claimed.popitem(last=False)
 
     async def handle(self, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
         key = codec.key_of(req.key)
@@ -87,6 +102,9 @@ class Giver:
         self, key: SessionKey, req: quorum_pb2.HandoverRequest
     ) -> quorum_pb2.HandoverReply:
         r = self.registrar
+        mine = self._claimed.get(key, 0)
+        if mine > req.epoch:
+            return quorum_pb2.HandoverReply(error=f"claimed here at epoch {mine}")
         r.fence(key, req.epoch)
         given = self._given.get(key)
         s = r.table.get(key)
@@ -147,6 +165,48 @@ class Giver:
         reply.delivered_upto = given.last_seq if given.unconfirmed else state.delivered_upto
         reply.last_seq = given.last_seq
         return reply
+
+    async def reclaim(self, key: SessionKey) -> Session | None:
+        """Take back a persistent session this node handed over (TAKE) that its taker
+        never released: that claim failed after the TAKE (its relocation lost to a newer
+        claim, or its CONNECT refused), so the queue, whole, is still here and nowhere
+        else. Installed in the table offline at the queue's epoch, for the registration
+        under way here to resume; None when nothing was given, or the table holds a
+        session of the id again."""
+        r = self.registrar
+        async with r.locks.hold(key):
+            given = self._given.get(key)
+            if given is None or r.table.get(key) is not None:
+                return None
+            del self._given[key]
+            if given.unconfirmed:  # as a local takeover would: every entry counts as sent
+                await r.all_delivered(key, given.epoch)
+            now = r.clock()
+            s = given.session
+            back = Session(
+                key=key,
+                epoch=given.epoch,
+                online=False,
+                node=r.settings.node,
+                listener_id="",
+                session_expiry=s.session_expiry,
+                proto_ver=s.proto_ver,
+                connected_us=s.connected_us,
+                disconnected_us=now,
+                peer=s.peer,
+                username=s.username,
+                queued=True,
+            )
+            r.table.adopt(back)
+            log.emit(
+                "session.reclaimed",
+                "info",
+                client_id=key[1],
+                mountpoint=key[0],
+                epoch=given.epoch,
+                last_seq=given.last_seq,
+            )
+            return back
 
     async def merge(self, req: quorum_pb2.MergeRequest) -> quorum_pb2.MergeReply:
         """The owner's side of a merge: the lost copy's entries go after what the

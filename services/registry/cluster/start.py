@@ -109,7 +109,7 @@ async def start(
         settings.quorum_timeout,
         settings.rpc_timeout,
     )
-    claims = Claims(registrar, quorum, peers)
+    claims = Claims(registrar, quorum, peers, giver)
     reconciler = Reconciler(registrar, quorum, giver, claims.evict, claims.merge)
     claims.owe = reconciler.owe
     servicer.relay = claims.relay

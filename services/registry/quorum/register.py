@@ -18,8 +18,8 @@ Worked example::
     e1 = Claim("a", ("a", "b")).apply(None)      # Entry("a", 1, ("a", "b"), "online")
     e2 = SetState(1, "offline").apply(e1)        # epoch 1 still current: offline
     e3 = SetState(7, "online").apply(e2)         # stale epoch: e3 == e2 (CAS failed)
-    e4 = Claim("b", ("b", "c")).apply(e3)        # Entry("b", 2, ("b", "c"), "online")
-    e5 = Release(2).apply(e4)                    # Entry("b", 2, ("b", "c"), "deleted")
+    e4 = Claim("b", ("b", "c")).apply(e3)        # Entry("b", 2, ("b", "c"), "online", prior=1)
+    e5 = Release(2).apply(e4)                    # Entry("b", 2, ("b", "c"), "deleted", prior=1)
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ class Entry:
     replicas: tuple[str, ...]
     state: str
     persistent: bool = False  # the session outlives its connection (its queue matters)
+    # The epoch of the entry the change that set this owner was applied to (0: none).
+    # A retry that finds its own lost attempt learns from it which session the attempt
+    # superseded (``claims.superseded_here``).
+    prior: int = 0
 
     @property
     def live(self) -> bool:
@@ -100,7 +104,8 @@ class Claim:
         replicas = self.replicas
         if self.resume and current is not None and current.live and current.persistent:
             replicas = holders(current)  # the queue stays where it is until it is moved
-        return Entry(self.node, epoch, replicas, self.state, self.persistent)
+        prior = 0 if current is None else current.epoch
+        return Entry(self.node, epoch, replicas, self.state, self.persistent, prior)
 
 
 def holders(entry: Entry) -> tuple[str, ...]:
@@ -172,7 +177,7 @@ class FailOver:
         ):
             return current
         epoch = max(current.epoch + 1, self.floor)
-        return Entry(self.node, epoch, self.replicas, OFFLINE, True)
+        return Entry(self.node, epoch, self.replicas, OFFLINE, True, current.epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,5 +233,6 @@ class Adopt:
 
     def apply(self, current: Entry | None) -> Entry | None:
         if current is None or (not current.live and current.epoch < self.epoch):
-            return Entry(self.node, self.epoch, (self.node,), ONLINE, self.persistent)
+            prior = 0 if current is None else current.epoch
+            return Entry(self.node, self.epoch, (self.node,), ONLINE, self.persistent, prior)
         return current
