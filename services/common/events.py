@@ -280,6 +280,14 @@ _SPECS: Final = [
         qos="int",
     ),
     _e(
+        "forward.rerouted",
+        "Sessions moved off another node while copies for them waited for it (a failover "
+        "while that node is down): the copies no stream had carried went where the "
+        "sessions are now, in their order, instead of expiring (cluster.forward_timeout).",
+        from_node="str",
+        copies="int",
+    ),
+    _e(
         "message.dropped",
         "A message was not delivered to one session, on purpose.",
         msg_id="str",

@@ -46,6 +46,7 @@ from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.config import ListenerSettings
 from services.listener.flow import FlowLimits, FlowParty, flow_limits, hold_back
+from services.listener.forward.receiver import StreamParty
 from services.listener.forward.sender import Copy, Forwarder
 from services.listener.lifecycle import Lifecycle
 from services.listener.meta_writer import MetaWriter, log_put_failure
@@ -136,6 +137,11 @@ class Broker:
         # what the minority side of a partition refuses now (set_view)
         self._publisher: ClientPort | None = None  # whose publish is being routed
         self._reasserting: set[SessionKey] = set()  # subscriptions to write again
+        # Sessions whose subscriptions moved off another node in the gossip event being
+        # applied, by that node: their copies still waiting for it follow them
+        # (``follow_moves``).
+        self._moved: dict[str, dict[SessionKey, str]] = {}
+        self._rehomed_party = StreamParty()  # holds nobody back: its copies wait already
         self.refuse_publish = False
         self.refuse_subscribe = False
         self.refuse_unsubscribe = False
@@ -178,7 +184,11 @@ class Broker:
         self.lifecycle.takeover(key, old_epoch)
 
     def moved(self, key: common_pb2.SessionKey, node: str) -> None:
+        sk = (key.mountpoint, key.client_id)
+        before = self.router.trie.options_of(sk)
         self.lifecycle.moved(key, node)
+        self._note_move(sk, before)
+        self.follow_moves()
 
     # -- netsplits ------------------------------------------------------------------
     def set_view(self, view: ClusterView) -> None:
@@ -189,6 +199,7 @@ class Broker:
         self.refuse_subscribe = split and not settings.allow_subscribe_during_netsplit
         self.refuse_unsubscribe = split and not settings.allow_unsubscribe_during_netsplit
         self.split_reason = view.refusal() if split else ""
+        self.forwarder.set_down(frozenset(view.members - view.up))
 
     def _refuse_publish(self, msg: Message, client: ClientPort, token: int | None) -> None:
         self._drop(msg.msg_id, msg.publisher, msg.topic, msg.qos, "netsplit")
@@ -278,7 +289,7 @@ class Broker:
             waiter.left += 1
         self.metrics.forwarded.inc()
         body = convert.forwarded_body(key[0], key[1], qos, retain, sub_ids, encoded[1])
-        copy = Copy(key[1], qos, body, waiter, msg.msg_id, msg.topic)
+        copy = Copy(key[1], qos, body, waiter, msg.msg_id, msg.topic, key[0])
         self.forwarder.forward(node, copy, cast(FlowParty | None, self._publisher))
 
     def _forward_dropped(self, node: str, copy: Copy, reason: str) -> None:
@@ -462,9 +473,12 @@ class Broker:
     def apply_meta(self, update: gossip_pb2.MetaUpdate) -> None:
         mountpoint, name = convert.split_meta_key(update.key)
         if update.prefix == "subs":
+            key = (mountpoint, name)
             subs = None if update.deleted else convert.subs_from_pb(update.value)
-            if self.router.replicate((mountpoint, name), subs):
-                self._reassert((mountpoint, name))
+            before = self.router.trie.options_of(key)
+            if self.router.replicate(key, subs):
+                self._reassert(key)
+            self._note_move(key, before)
         elif update.prefix == "listeners":
             record = None if update.deleted else forward_pb2.ListenerRecord.FromString(update.value)
             self.forwarder.set_peer(name, record.address if record is not None else None)
@@ -474,6 +488,40 @@ class Broker:
             else:
                 pb = common_pb2.MqttMessage.FromString(update.value)
                 self.router.retained.set(mountpoint, name, convert.message_from_pb(pb))
+
+    def _note_move(self, key: SessionKey, before: SubOptions | None) -> None:
+        """``key``'s subscriptions named another node (``before``) and now name a
+        different one: copies for it may still wait for the old one."""
+        after = self.router.trie.options_of(key)
+        if (
+            before is not None
+            and after is not None
+            and before.node not in (after.node, "", self.router.node)
+        ):
+            self._moved.setdefault(before.node, {})[key] = after.node
+
+    def follow_moves(self) -> None:
+        """After a gossip event or the registry's ``moved``: the copies that wait for a
+        node that sessions just moved off (a failover while it is down), and that no
+        stream carried, go where those sessions are now, in their order, before any
+        later publish is routed (nothing else runs between the change and this call).
+        Left waiting, they expired after ``cluster.forward_timeout`` and their
+        publishers got 0x80 (S11)."""
+        if not self._moved:
+            return
+        moved, self._moved = self._moved, {}
+        for old, keys in moved.items():
+            copies = self.forwarder.withdraw(old, keys)
+            if not copies:
+                continue
+            for copy in copies:
+                new = keys[(copy.mountpoint, copy.client_id)]
+                if new and new != self.router.node:
+                    self.forwarder.forward(new, copy)
+                else:
+                    item = forward_pb2.Forwarded.FromString(copy.body)
+                    self.accept_forwarded(item, _waiter_done(copy), self._rehomed_party)
+            log.emit("forward.rerouted", "info", from_node=old, copies=len(copies))
 
     def _reassert(self, key: SessionKey) -> None:
         """Another node wrote the subscriptions of a session online here (both sides of a
@@ -510,3 +558,14 @@ class Broker:
         self.wills.cancel_all()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
+
+
+def _waiter_done(copy: Copy) -> Callable[[str | None], None]:
+    """A rerouted copy's outcome, told to whoever waited for it on the old link."""
+    waiter = copy.waiter
+
+    def done(failure: str | None) -> None:
+        if waiter is not None:
+            waiter.step(failure)
+
+    return done

@@ -85,6 +85,7 @@ async def _watch_meta(
                     if in_snapshot:
                         seen.add((update.prefix, update.key))
                     broker.apply_meta(update)
+                broker.follow_moves()
                 if event.snapshot_done and in_snapshot:
                     in_snapshot = False
                     _drop_unseen(broker, seen)

@@ -41,6 +41,19 @@ def test_outbox_is_bounded_and_expires_the_oldest() -> None:
     assert len(o) == 2
 
 
+def test_outbox_withdraws_only_what_no_stream_carried() -> None:
+    o: Outbox[str] = Outbox(capacity=10)
+    for x in "abcde":
+        o.push(x, 0.0)
+    assert o.take(2) == [(1, "a"), (2, "b")]
+    o.rewind()  # a and b may have reached the peer: resent_upto 2
+    assert o.withdraw(lambda x: x in "abd") == ["d"]
+    assert o.take(9) == [(1, "a"), (2, "b"), (3, "c"), (5, "e")]  # 4 is a gap
+    assert o.withdraw(lambda x: True) == []  # all sent on this stream
+    assert o.ack(5, set()) == [("a", True), ("b", True), ("c", True), ("e", True)]
+    assert len(o) == 0
+
+
 def test_inbox_drops_resends_and_acks_cumulatively() -> None:
     box = Inbox()
     assert [box.accept(1), box.accept(2), box.accept(2)] == [True, True, False]
@@ -76,6 +89,7 @@ ops = st.lists(
             "break",
             "tick",
             "restart",
+            "withdraw",
         ]
     ),
     max_size=120,
@@ -170,6 +184,11 @@ def test_a_breaking_link_routes_each_copy_at_most_once_in_order_with_one_outcome
             to_receiver.clear()
             to_sender.clear()
             outbox.rewind()
+        elif op == "withdraw":
+            # sessions moved off the peer: their copies no stream carried go elsewhere
+            for item in outbox.withdraw(lambda _item: rng.random() < 0.5):
+                assert item not in outcomes
+                outcomes[item] = "rerouted"
         elif op == "tick":
             now += 4.0
             for item in outbox.expire(now, 10.0):
@@ -186,6 +205,8 @@ def test_a_breaking_link_routes_each_copy_at_most_once_in_order_with_one_outcome
     assert not len(outbox)
     assert routed == sorted(routed), "copies routed out of order"
     assert len(routed) == len(set(routed)), "a copy was routed twice"
+    rerouted = {item for item, outcome in outcomes.items() if outcome == "rerouted"}
+    assert not rerouted & set(routed), "a withdrawn copy reached the peer too"
     assert set(outcomes) == set(range(next_item))
     for item, outcome in outcomes.items():
         if outcome == "ok":
@@ -383,5 +404,37 @@ def test_a_copy_completed_while_an_ack_is_on_its_way_is_acknowledged_next() -> N
         assert (second.upto, list(second.failed)) == (1, [])
         await batches.put(None)
         await acks.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_node_seen_down_holds_its_copies_and_a_moved_session_takes_back_its_own() -> None:
+    """Nothing is written towards a node the view shows down (a stream that looks open
+    may be dead): the copies stay unsent, so those of sessions that fail over elsewhere
+    can be withdrawn, by session key, mountpoint included, and sent once."""
+    import asyncio
+
+    from services.listener.forward.sender import Forwarder
+
+    async def run() -> None:
+        fw = Forwarder("a@h", "a@h", "a@h/l", "cookie", 100, 60.0, lambda *a: None)
+        try:
+            fw.set_down(frozenset({"b@h"}))
+            for cid, mp in (("x", ""), ("y", ""), ("x", "mp"), ("x", "")):
+                fw.forward("b@h/1", Copy(cid, 1, cid.encode(), None, "m", "t", mp))
+            link = fw.links["b@h/1"]
+            assert link.held(), "a listener process of a node seen down"
+            await asyncio.sleep(0.05)  # the link task runs and, held, takes nothing
+            assert link.outbox.unsent() == 4
+            back = fw.withdraw("b@h/1", {("", "x")})
+            assert [(c.mountpoint, c.client_id) for c in back] == [("", "x"), ("", "x")]
+            assert [(c.mountpoint, c.client_id) for c in fw.withdraw("b@h/1", {("mp", "x")})] == [
+                ("mp", "x")
+            ]
+            assert fw.withdraw("c@h", {("", "y")}) == []  # no link there
+            fw.set_down(frozenset())
+            assert not link.held()
+        finally:
+            await fw.stop()
 
     asyncio.run(run())

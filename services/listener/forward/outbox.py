@@ -29,7 +29,7 @@ Worked example::
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -96,6 +96,22 @@ class Outbox(Generic[T]):
             while items and items[0][0] <= upto:
                 seq, item, _t = items.popleft()
                 out.append((item, seq not in failed))
+        return out
+
+    def withdraw(self, pick: Callable[[T], bool]) -> list[T]:
+        """Take back, in ``seq`` order, the copies ``pick`` chooses among those no stream
+        ever carried (not sent, and above ``resent_upto``): the peer cannot have them,
+        so they may go elsewhere. Their seqs become a gap, as expired ones do."""
+        out: list[T] = []
+        kept: deque[tuple[int, T, float]] = deque()
+        floor = self.resent_upto
+        for entry in self._unsent:
+            if entry[0] > floor and pick(entry[1]):
+                out.append(entry[1])
+            else:
+                kept.append(entry)
+        if out:
+            self._unsent = kept
         return out
 
     def expire(self, now: float, max_age: float) -> list[T]:

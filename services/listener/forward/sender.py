@@ -23,6 +23,12 @@ within ``flow.FLOW_MAX_HOLD`` (its node is down or paused) holds nobody back unt
 is: then the outbox bounds it (``cluster.forward_queue``), and a copy that waits longer
 than ``cluster.forward_timeout`` is given up: dropped, logged, and its publisher
 answered 0x80.
+
+A node the cluster view shows down gets nothing written to it: its copies wait unsent.
+Should their sessions fail over to another node meanwhile (the registry's ``moved``, or
+their subscriptions in gossip naming the new node), the broker withdraws them
+(:meth:`Forwarder.withdraw`) and routes them there, in order, before any later copy: a
+copy that no stream carried cannot be on the old node, so it is sent once.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,8 +46,10 @@ import grpc
 from services.common import log
 from services.common.grpcutil import rpc_failed_as
 from services.common.peer.channel import Caller, channel
+from services.common.session_key import SessionKey
 from services.listener import convert, flow
 from services.listener.forward.outbox import Outbox, OutboxFull
+from services.listener.processes import node_of
 from services.pb import forward_pb2
 
 BATCH = 512  # copies per ForwardBatch
@@ -69,6 +77,7 @@ class Copy:
     waiter: Waiter | None
     msg_id: str
     topic: str
+    mountpoint: str = ""
 
 
 Dropped = Callable[[str, Copy, str], None]  # (node, copy, reason)
@@ -139,7 +148,12 @@ class PeerLink:
                 backoff = 0.1
                 reader = asyncio.create_task(self._read(call), name=f"forward-acks-{self.node}")
                 while not reader.done():
-                    copies = self.outbox.take(BATCH)
+                    # Nothing goes to a node seen down: a stream that looks open may be
+                    # dead (a partition), and a copy written to it is doubtful for ever
+                    # (``resent_upto``). Held here instead, it can follow its session if
+                    # that fails over elsewhere (``Forwarder.withdraw``), or go when the
+                    # node is back.
+                    copies = [] if self.held() else self.outbox.take(BATCH)
                     if not copies:
                         await self._idle(TICK, reader)
                         continue
@@ -176,6 +190,12 @@ class PeerLink:
                 self.outbox.rewind()
             await self._idle(backoff)
             backoff = min(backoff * 2, 1.0)
+
+    def held(self) -> bool:
+        return node_of(self.node) in self.forwarder.down
+
+    def wake(self) -> None:
+        self._wake.set()
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
         async for ack in call:
@@ -226,6 +246,7 @@ class Forwarder:
         self.dropped = dropped
         self.caller = Caller(cookie, node, "")
         self.peers: dict[str, str] = {}  # route -> its listener's forward address
+        self.down: frozenset[str] = frozenset()  # nodes the cluster view shows down
         self.links: dict[str, PeerLink] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
 
@@ -234,6 +255,15 @@ class Forwarder:
         if ch is None:
             ch = self._channels[address] = channel(address)
         return ch
+
+    def set_down(self, nodes: frozenset[str]) -> None:
+        """The cluster view's down members: their links hold their copies; those back
+        up send what waited."""
+        back = self.down - nodes
+        self.down = nodes
+        for route, link in self.links.items():
+            if node_of(route) in back:
+                link.wake()
 
     def set_peer(self, node: str, address: str | None) -> None:
         """A route's listener address from gossip (None: its record was deleted)."""
@@ -255,6 +285,15 @@ class Forwarder:
         if publisher is not None and len(link.outbox) >= LINK_LIMITS.high:
             flow.hold_back(link, publisher, asyncio.get_running_loop())
 
+    def withdraw(self, node: str, keys: Collection[SessionKey]) -> list[Copy]:
+        """Take back the copies for the sessions ``keys`` that wait for ``node`` and that
+        no stream ever carried: those sessions moved away from it (a failover while it
+        is down), and the copies must follow them rather than expire there."""
+        link = self.links.get(node)
+        if link is None or not link.outbox.unsent():
+            return []
+        return link.outbox.withdraw(lambda c: (c.mountpoint, c.client_id) in keys)
+
     def fail(self, node: str, copy: Copy, reason: str) -> None:
         self.dropped(node, copy, reason)
         if copy.waiter is not None:
@@ -265,6 +304,7 @@ class Forwarder:
             n: {
                 "address": self.peers.get(n, ""),
                 "connected": link.connected,
+                "held": link.held(),
                 "waiting": len(link.outbox),
                 "sent": link.sent,
             }
