@@ -472,15 +472,13 @@ class Claims:
             relay_to=node,
         )
         for via in sorted((view.up & view.members) - {settings.node, node}):
-            stub = self.peers.stub(via)
-            if stub is None:
-                continue
             try:
-                reply = await stub.Handover(
-                    req, timeout=2 * settings.quorum_timeout, metadata=self.peers.metadata()
-                )
-            except grpc.aio.AioRpcError:
+                await self._call(via, req, timeout=2 * settings.quorum_timeout)
+                reason = ""
+            except Unreachable:
                 continue
+            except ClaimRefused as exc:  # it holds a newer epoch: nothing to end there
+                reason = str(exc)
             log.emit(
                 "session.evicted_via",
                 "info",
@@ -489,7 +487,7 @@ class Claims:
                 epoch=epoch,
                 node=node,
                 via=via,
-                reason=reply.error,
+                reason=reason,
             )
             return True  # ended there, or it holds a newer epoch
         return False
@@ -605,19 +603,24 @@ class Claims:
         r.table.adopt(adopted(key, node, value.epoch - 1, taken, r.clock()))
 
     async def _call(
-        self, source: str, req: quorum_pb2.HandoverRequest, brief: bool = False
+        self,
+        source: str,
+        req: quorum_pb2.HandoverRequest,
+        brief: bool = False,
+        timeout: float | None = None,
     ) -> quorum_pb2.HandoverReply:
         """A resumed session's handover may wait for the old connection to flush (up to
         ``registry.takeover_timeout``) and then read its queue; an eviction only closes a
         connection, and a node that cannot do that within ``registry.quorum_timeout`` is
-        told again later rather than holding the CONNECT up."""
+        told again later rather than holding the CONNECT up. ``timeout``: another bound
+        (a relayed eviction, which waits on two hops)."""
         stub = self.peers.stub(source)
         if stub is None:
             raise Unreachable(f"no address known for the registry of {source}")
         settings = self.registrar.settings
-        if req.discard or brief:  # brief: a node seen down, asked in case it is not
+        if timeout is None and (req.discard or brief):  # brief: seen down, asked anyway
             timeout = settings.quorum_timeout
-        else:
+        elif timeout is None:
             timeout = settings.takeover_timeout + settings.rpc_timeout
         rpc = stub.Handover(req, timeout=timeout, metadata=self.peers.metadata())
         call = asyncio.ensure_future(rpc)
