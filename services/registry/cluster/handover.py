@@ -181,22 +181,9 @@ class Giver:
             del self._given[key]
             if given.unconfirmed:  # as a local takeover would: every entry counts as sent
                 await r.all_delivered(key, given.epoch)
-            now = r.clock()
             s = given.session
-            back = Session(
-                key=key,
-                epoch=given.epoch,
-                online=False,
-                node=r.settings.node,
-                listener_id="",
-                session_expiry=s.session_expiry,
-                proto_ver=s.proto_ver,
-                connected_us=s.connected_us,
-                disconnected_us=now,
-                peer=s.peer,
-                username=s.username,
-                queued=True,
-            )
+            taken = Taken(True, True, s.session_expiry, s.proto_ver)
+            back = adopted(key, r.settings.node, given.epoch, taken, r.clock())
             r.table.adopt(back)
             log.emit(
                 "session.reclaimed",
