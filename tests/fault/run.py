@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from tests.fault.harness import KINDS, Options, run
+from tests.fault.incident import tell
 
 
 def _pair(text: str) -> tuple[float, float]:
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _interrupt)
     result = run(opts, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps(result.summary(), indent=1))
+    story = tell(result.history, result.report.violations, opts.base_dir)
+    if story:
+        print(story, file=sys.stderr)
     if result.errors:
         return 2
     return 0 if result.ok else 1

@@ -19,6 +19,7 @@ import pytest
 
 from tests.fault.audit_check import audit_run, compare
 from tests.fault.harness import KINDS, Options, Result, run, schedule
+from tests.fault.incident import tell
 
 pytestmark = [
     pytest.mark.integration,
@@ -74,7 +75,8 @@ def test_acknowledged_messages_survive_random_faults(
         # Known and open: a forwarded copy appended twice in a row after a one-way cut
         # (docs/fault-testing.md). Nothing is lost: only this may pass as expected.
         pytest.xfail(f"{where}: only the known duplicates of a resent copy:\n{text}")
-    assert clean, f"{where}: the checker found violations:\n{text}"
+    story = tell(result.history, result.report.violations, opts.base_dir)
+    assert clean, f"{where}: the checker found violations:\n{text}\n{story}"
     assert not result.diverged, f"{where}: copies of a queue differ once quiet:\n{text}"
     assert faults >= EVENTS, f"{where}: only {faults} faults:\n{text}"
     assert result.report.acked > 0 and result.report.deliveries > 0, text
