@@ -227,6 +227,11 @@ def fence(t: Txn, job: FenceQueue) -> ReplicaState:
         return ReplicaState(job.session, False, reason=str(exc))
     meta = t.meta(sess)
     if meta is None:
+        # No copy here yet (an install still on its way, say): the fence is kept all
+        # the same, as a tombstone, or the old primary's next append would create the
+        # copy at its older epoch and count it towards a write quorum the new primary
+        # never sees.
+        t.store(sess, QueueMeta(exists=False, epoch=job.epoch, replica=True))
         return ReplicaState(job.session, True, False, job.epoch)
     rec = load(t, sess)
     if job.epoch < meta.epoch:

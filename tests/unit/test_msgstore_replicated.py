@@ -328,3 +328,24 @@ def test_the_delivery_state_travels_with_an_append(kind: str, tmp_path: Path) ->
     # an append without a state leaves it as it is
     b.job(ReplicaWrite(C1, 1, (1, 3), ((1, 4, b"D"),)))
     assert b.store.state(C1).inbound_qos2 == (9,)
+
+
+def test_a_fence_on_a_node_without_a_copy_still_refuses_the_old_primary(
+    kind: str, tmp_path: Path
+) -> None:
+    """A failover read that finds no copy on ``b`` (its install had not come yet) must
+    still fence ``b``: else the old primary's next append creates the copy at the old
+    epoch there, and ``a`` + ``b`` make a write quorum the new primary never reads."""
+    a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
+    a.open(1, ("a", "b"))
+    a.append(b"A")
+    fenced = b.job(FenceQueue(C1, 2))
+    assert fenced.ok and not fenced.exists and fenced.epoch == 2
+    b.restart()  # the fence is durable
+    copy = read_copy(a.store, C1)
+    assert copy is not None
+    old = Primary("a", 1, copy.log, copy.replicas, w=2)
+    late = feed(old, a, b)
+    assert not late.ok and late.epoch == 2
+    assert old.committed == 0
+    assert b.messages() == []
