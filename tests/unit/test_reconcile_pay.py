@@ -63,13 +63,14 @@ class _Giver:
         return SimpleNamespace(error="", present=True, persistent=False)
 
 
-def _ending(owner: str) -> list[object]:
+def _ending(owner: str, factor: int = 1, queued: bool = False) -> list[object]:
     """What ``_end_here`` asks of the giver for a local session at epoch 5 when the
-    register names ``owner`` at epoch 7."""
+    register names ``owner`` at epoch 7 (with ``factor`` the replication factor)."""
     key: SessionKey = ("", "c")
-    session = SimpleNamespace(key=key, epoch=5, persistent=True, queued=False)
+    session = SimpleNamespace(key=key, epoch=5, persistent=True, queued=queued)
     table = SimpleNamespace(get=lambda k: session)
-    registrar = SimpleNamespace(settings=SimpleNamespace(node="n1"), table=table)
+    settings = SimpleNamespace(node="n1", replication_factor=factor)
+    registrar = SimpleNamespace(settings=settings, table=table)
     giver = _Giver()
     rec = Reconciler(
         cast(Any, registrar), cast(Any, None), cast(Any, giver), cast(Any, None), cast(Any, None)
@@ -88,3 +89,13 @@ def test_this_nodes_own_newer_claim_does_not_end_the_session_under_it() -> None:
     takes the old session over itself; ending it first made that registration fail and
     the client's retry find no session (found by the 1,000-fault run)."""
     assert _ending("n1") == []
+
+
+def test_a_lost_copy_is_merged_only_without_replication() -> None:
+    """R = 1: the lost copy's queue joins the owner's (kept, not discarded). R > 1: never,
+    even when the entry names a single holder, because a merge appends those entries
+    after the owner's newer ones, out of order; the copy is discarded here."""
+    (alone,) = _ending("n2", factor=1, queued=True)
+    assert not alone.discard and not alone.keep_queue
+    (replicated,) = _ending("n2", factor=3, queued=True)
+    assert replicated.discard and not replicated.keep_queue

@@ -155,11 +155,14 @@ class Reconciler:
         keep = v is not None and v.live and v.persistent and s.persistent and s.queued
         # A replicated queue (DESIGN §4) has nothing to merge: whatever was committed in
         # this copy is on the copies its new primary read. Where this node still holds
-        # one of its replicas, the copy stays; elsewhere it goes.
+        # one of its replicas, the copy stays; elsewhere it goes. Decided by the
+        # configuration, not by how many holders the entry names: a merge appends the
+        # copy's entries after the owner's newer ones, which an online session sees
+        # only at its next resume, out of order.
         replica = False
-        if v is not None and v.live and len(holders(v)) > 1:
+        if self.registrar.settings.replication_factor > 1:
             keep = False
-            replica = self.registrar.settings.node in holders(v)
+            replica = v is not None and v.live and self.registrar.settings.node in holders(v)
         req = quorum_pb2.HandoverRequest(
             key=codec.key_pb(s.key),
             epoch=epoch,
