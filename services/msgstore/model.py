@@ -225,6 +225,9 @@ class ReplicaState:
     base: tuple[int, int] = (0, 0)
     reason: str = ""
     stamp: tuple[int, int] = (0, 0)  # the version of the delivery state it holds
+    # The set the copy's primary fed it as, at its last append: a failover whose
+    # request names fewer copies reads this set too (``Failover``).
+    replicas: tuple[str, ...] = ()
 
 
 Result = BatchResult | QueueState | Collected | ReplicaState

@@ -252,8 +252,9 @@ def _state(
         return ReplicaState(sid, ok, True, meta.epoch, meta.last_seq, last, (0, meta.acked), reason)
     log = as_log(meta, rec, meta.acked)
     return ReplicaState(
-        sid, ok, True, meta.epoch, meta.last_seq, log.last(), log.base, reason, rec.stamp
-    )
+        sid, ok, True, meta.epoch, meta.last_seq, log.last(), log.base, reason, rec.stamp,
+        rec.replicas,
+    )  # fmt: skip
 
 
 def _put(t: Txn, sess: bytes, meta: QueueMeta, seq: int, data: bytes) -> None:

@@ -115,7 +115,7 @@ class FenceRequest(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class FenceReply(_message.Message):
-    __slots__ = ("ok", "exists", "epoch", "last_epoch", "last_seq", "base_epoch", "base_seq", "reason", "state_epoch", "state_stamp")
+    __slots__ = ("ok", "exists", "epoch", "last_epoch", "last_seq", "base_epoch", "base_seq", "reason", "state_epoch", "state_stamp", "replicas")
     OK_FIELD_NUMBER: _ClassVar[int]
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class FenceReply(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     STATE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     STATE_STAMP_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     exists: bool
     epoch: int
@@ -136,7 +137,8 @@ class FenceReply(_message.Message):
     reason: str
     state_epoch: int
     state_stamp: int
-    def __init__(self, ok: _Optional[bool] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., base_epoch: _Optional[int] = ..., base_seq: _Optional[int] = ..., reason: _Optional[str] = ..., state_epoch: _Optional[int] = ..., state_stamp: _Optional[int] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ok: _Optional[bool] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., base_epoch: _Optional[int] = ..., base_seq: _Optional[int] = ..., reason: _Optional[str] = ..., state_epoch: _Optional[int] = ..., state_stamp: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("key", "epoch", "after_seq", "max_entries")

@@ -100,6 +100,8 @@ class ClusterClaims(Protocol):
 
     def release(self, key: SessionKey, epoch: int) -> None: ...
 
+    def settled(self, key: SessionKey, epoch: int, won: bool) -> None: ...
+
 
 class ClusterListing(Protocol):
     """Every member's sessions (``services.registry.cluster.listing.Listing``)."""
@@ -272,7 +274,10 @@ class Registrar:
                 except StoreError as exc:
                     return self._store_failed("register", exc)
         async with self.locks.hold(c.key):
-            if claimed and not self._newest(c.key, claimed):
+            newest = not claimed or self._newest(c.key, claimed)
+            if claimed and self.claims is not None:
+                self.claims.settled(c.key, claimed, newest)
+            if not newest:
                 self._claims_refused.inc()
                 return RegisterResult(
                     False,

@@ -262,6 +262,16 @@ def _given(cluster: Path, client: str, replica: str) -> int:
     )
 
 
+def _sets_without(cluster: Path, client: str, member: str) -> int:
+    """How many times N1's msgstore started replicating ``client``'s queue to a set
+    without ``member``."""
+    return sum(
+        1
+        for e in _events(cluster, N1, "msgstore", "queue.replicated")
+        if e["client_id"] == client and e["state"] == "started" and member not in e["replicas"]
+    )
+
+
 def _failed_over(cluster: Path, client: str) -> bool:
     return any(
         e["state"] == "done" and e["client_id"] == client
@@ -278,10 +288,16 @@ def test_failures_in_a_row_with_the_set_healed_between_lose_nothing(cluster: Pat
     sent = []
     for i, victim in enumerate((N2, N3), start=1):
         # a replica dies; the primary keeps committing on the two copies left
+        shrunk = _sets_without(cluster, client, victim)
         os.killpg(pid_of(cluster, victim), signal.SIGKILL)
         wait_for(lambda v=victim: states(N1).get(v) == "down", BOUND, 0.2, f"{victim} down")
         _publish(N1, f"M{i}", topic_of(client))
         sent.append(f"M{i}")
+        # the set heals without it (else its return is an ordinary catch-up, no install)
+        wait_for(
+            lambda v=victim, b=shrunk: _sets_without(cluster, client, v) > b,
+            BOUND, 0.2, f"a set without {victim}",
+        )  # fmt: skip
         # it returns, and the set heals: it is given the queue whole
         before = _given(cluster, client, victim)
         _restart(cluster, order[victim])

@@ -349,3 +349,15 @@ def test_a_fence_on_a_node_without_a_copy_still_refuses_the_old_primary(
     assert not late.ok and late.epoch == 2
     assert old.committed == 0
     assert b.messages() == []
+
+
+def test_a_fence_reports_the_set_the_copys_primary_fed_it_as(kind: str, tmp_path: Path) -> None:
+    """A failover widens its read by this set (``Failover._read_copies``)."""
+    a, b = Node("a", kind, tmp_path), Node("b", kind, tmp_path)
+    a.open(1, ("a", "b", "c"))
+    a.append(b"A")
+    fed = b.job(ReplicaWrite(C1, 1, (0, 0), ((1, 1, b"A"),), replicas=("a", "b", "c")))
+    assert fed.ok
+    assert b.job(FenceQueue(C1, 2)).replicas == ("a", "b", "c")
+    assert a.job(FenceQueue(C1, 3)).replicas == ("a", "b", "c")
+    assert Node("c", kind, tmp_path).job(FenceQueue(C1, 3)).replicas == ()

@@ -184,10 +184,12 @@ def fence_pb(state: ReplicaState) -> msgstore_pb2.FenceReply:
         reason=state.reason,
         state_epoch=state.stamp[0],
         state_stamp=state.stamp[1],
+        replicas=list(state.replicas),
     )
 
 
 FENCE_GRACE = 0.25  # s the other copies get once a failover's read quorum has answered
+MAX_WIDENINGS = 3  # rounds of copies named by the copies read (each adds at least one)
 
 
 class Failover:
@@ -212,9 +214,8 @@ class Failover:
     async def run(self, request: msgstore_pb2.FailoverRequest) -> msgstore_pb2.QueueState:
         sid = session_key(request.key)
         epoch = request.epoch
-        copies = list(dict.fromkeys(request.copies))
+        copies, read = await self._read_copies(sid, list(dict.fromkeys(request.copies)), epoch)
         r, w = len(copies), min(self.w, len(copies))
-        read = await self._fence_quorum(sid, copies, epoch, read_quorum(r, w))
         lasts: dict[str, Position] = {n: a.last for n, a in read.items()}
         chosen = choose(lasts, r, w, prefer=copies)
         if chosen is None:
@@ -266,6 +267,31 @@ class Failover:
         kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept"
         failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)
         return state_to_pb(state)
+
+    async def _read_copies(
+        self, sid: SessionKey, copies: list[str], epoch: int
+    ) -> tuple[list[str], dict[str, ReplicaState]]:
+        """Fence and read a quorum of ``copies``, and of every member a copy read says
+        its primary fed: the copies and what was read. The request names the copies the
+        register records, which may be fewer than the set a primary feeds (a claim that
+        moved the queue and did not record its new set yet). A read quorum of the fewer
+        meets no write quorum of the larger, and the unfenced rest of it could still
+        commit for the old primary: two lineages, each acknowledged to publishers."""
+        w = self.w
+        read = await self._fence_quorum(
+            sid, copies, epoch, read_quorum(len(copies), min(w, len(copies)))
+        )
+        for _ in range(MAX_WIDENINGS):
+            named = [n for a in read.values() for n in a.replicas if n not in copies]
+            if not named:
+                break
+            copies = [*copies, *dict.fromkeys(named)]
+            need = read_quorum(len(copies), min(w, len(copies))) - len(read)
+            if need <= 0:
+                break  # already a read quorum of the wider set: it meets all its writes
+            others = [n for n in copies if n not in read]
+            read.update(await self._fence_quorum(sid, others, epoch, need))
+        return copies, read
 
     async def _fence_quorum(
         self, sid: SessionKey, copies: list[str], epoch: int, need: int
@@ -379,6 +405,7 @@ class Failover:
             (reply.base_epoch, reply.base_seq),
             reply.reason,
             (reply.state_epoch, reply.state_stamp),
+            tuple(reply.replicas),
         )
 
     async def _copy(self, sid: SessionKey, source: str, epoch: int, state: ReplicaState) -> str:

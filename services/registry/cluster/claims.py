@@ -37,6 +37,7 @@ from services.registry.cluster import codec
 from services.registry.cluster.handover import Giver, Taken, adopted, open_step
 from services.registry.cluster.peers import Peers
 from services.registry.cluster.quorum_client import QuorumClient
+from services.registry.engines.base import StoreError
 from services.registry.quorum.proposer import Committed
 from services.registry.quorum.register import (
     ONLINE,
@@ -81,6 +82,16 @@ def holders_after(path: str, replica_set: tuple[str, ...], node: str) -> tuple[s
     return (node,) if path == "handover_absent" else ()
 
 
+def queue_copies(previous: Entry, first: str = "") -> tuple[str, ...]:
+    """The copies a failover of the id's queue reads: ``first`` (a live handover's old
+    primary, preferred on a tie), the holders the register records, and its owner. The
+    owner may hold the queue's newest lineage without being recorded as a holder: its
+    claim moved the queue there, and the record of the move did not land (the claim was
+    refused after its failover). Left out, it and a copy it feeds could still commit
+    for it while the read quorum, counted over fewer copies, missed them."""
+    return tuple(dict.fromkeys(n for n in (first, *holders(previous), previous.owner) if n))
+
+
 def superseded_here(previous: Entry, local_epoch: int | None) -> bool:
     """Whether ``previous``, a lost attempt of this node, was applied to the entry of
     the session this node's table holds (at ``local_epoch``, an epoch only this node's
@@ -108,6 +119,9 @@ class Claims:
         # (``services.registry.cluster.reconcile.Reconciler.owe``; start.py sets it).
         self.owe: Callable[[str, SessionKey, int], None] = lambda node, key, epoch: None
         self._releases = Background()
+        # Claims that adopted the session from its queue's copies, until their
+        # registration is decided (``settled``).
+        self._adopted: dict[SessionKey, int] = {}
 
     def active(self) -> bool:
         """Claims are made while this node is one of several members and sees a majority;
@@ -145,12 +159,18 @@ class Claims:
             r.keeping(c.key, holders(previous))  # the copies that hold its queue stay
         else:
             r.replica_sets.pop(c.key, None)
-        path = await self._bring_here(c, previous, value)
-        if log.enabled("debug"):
-            self._log_claimed(c.key, value, previous, path)
-        if subscriptions_void(previous, node, c.clean_start):
-            await self._drop_old_subscriptions(c.key)
-        await self._record_replicas(c.key, value, path)
+        try:
+            path = await self._bring_here(c, previous, value)
+            if log.enabled("debug"):
+                self._log_claimed(c.key, value, previous, path)
+            if subscriptions_void(previous, node, c.clean_start):
+                await self._drop_old_subscriptions(c.key)
+            await self._record_replicas(c.key, value, path)
+        except BaseException:
+            # Refused after the claim took effect: the register names this node, so
+            # what it adopted stays, for the next claim here to find.
+            self._adopted.pop(c.key, None)
+            raise
         return value.epoch
 
     async def _drop_old_subscriptions(self, key: SessionKey) -> None:
@@ -290,11 +310,12 @@ class Claims:
         its subscriptions live on in gossip)."""
         r = self.registrar
         expiry = r.table.policy.expiry(c.proto_ver, c.session_expiry)
-        await self._queue_from_copies(c.key, value.epoch, holders(previous))
+        await self._queue_from_copies(c.key, value.epoch, queue_copies(previous))
         taken = Taken(present=True, persistent=True, session_expiry=expiry, proto_ver=c.proto_ver)
         if r.table.get(c.key) is not None:
             r.table.demote(c.key)
         r.table.adopt(adopted(c.key, r.settings.node, value.epoch - 1, taken, r.clock()))
+        self._adopted[c.key] = value.epoch
 
     async def _take_replicated(
         self, c: Connect, source: str, previous: Entry, value: Entry, taken: Taken
@@ -307,7 +328,7 @@ class Claims:
         delivered mark and QoS 2 state apply as they are. The old copy stays, a replica."""
         r = self.registrar
         node = r.settings.node
-        copies = tuple(dict.fromkeys((source, *holders(previous))))
+        copies = queue_copies(previous, source)
         # Uncertain only if the old connection's end was not confirmed: else its marks
         # are on the copies, and entries it never sent go without DUP.
         await self._queue_from_copies(c.key, value.epoch, copies, uncertain=taken.unconfirmed)
@@ -335,6 +356,7 @@ class Claims:
         if r.table.get(c.key) is not None:
             r.table.demote(c.key)
         r.table.adopt(adopted(c.key, node, value.epoch - 1, taken, r.clock()))
+        self._adopted[c.key] = value.epoch
 
     async def _queue_from_copies(
         self, key: SessionKey, epoch: int, copies: tuple[str, ...], uncertain: bool = True
@@ -371,7 +393,7 @@ class Claims:
                 return False
             else:
                 assert previous is not None
-                source = holders(previous)
+                source = queue_copies(previous)
             r.table.raise_epoch(value.epoch)
             try:
                 await r.backends.failover(key, value.epoch, source, 0)
@@ -676,6 +698,25 @@ class Claims:
         if not isinstance(outcome, Committed):
             return None
         return subscriptions_ours(outcome.value, self.registrar.settings.node, epoch)
+
+    def settled(self, key: SessionKey, epoch: int, won: bool) -> None:
+        """The registration of this node's claim at ``epoch`` went ahead (``won``), or a
+        newer claim elsewhere overtook it. Overtaken after it adopted the session from
+        the queue's copies (a failover, or a replicated handover), the adopted session
+        is not this node's: the newer claim read the copies, this one among them, and
+        serves the session. Left in the table, it was listed here beside the owner's,
+        and resumed by the next claim here as if it were current (S7)."""
+        if self._adopted.pop(key, None) != epoch or won:
+            return
+        r = self.registrar
+        s = r.table.get(key)
+        if s is None or s.epoch != epoch - 1 or s.node != r.settings.node or s.online:
+            return
+        r.table.forget(key, s.epoch)
+        try:
+            r.committer.write_behind(key)
+        except StoreError as exc:
+            log.emit("store.error", "error", op="registry.forget", reason=str(exc))
 
     def release(self, key: SessionKey, epoch: int) -> None:
         """The session of ``epoch`` ended here: tombstone its register (nobody waits; a

@@ -1,0 +1,80 @@
+"""A claim that adopted the session from its queue's copies, whose registration a newer
+claim elsewhere then overtook, forgets what it adopted (``Claims.settled``): the newer
+claim read the copies and serves the session, and the stale copy in the table was
+listed beside the owner's (S7).
+
+A real ``Registrar`` over an in-memory table; the claim's cluster parts are not used."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from services.common.metrics import MetricsRegistry
+from services.common.session_key import SessionKey
+from services.common.typed_settings import build
+from services.node.schema import schema
+from services.registry.backends import Backends
+from services.registry.cluster.claims import Claims
+from services.registry.committer import Committer
+from services.registry.config import RegistrySettings
+from services.registry.engines.memory import MemoryEngine
+from services.registry.registrar import Registrar
+from services.registry.sessions import Policy, Session, SessionTable
+from services.registry.store import SessionStore
+from services.registry.watchers import WatchHub
+
+K: SessionKey = ("", "s")
+
+
+class _NoBackends(Backends):
+    def __init__(self) -> None:  # nothing here calls the msgstore or gossip
+        pass
+
+
+def _claims(online: bool = False, node: str = "") -> tuple[Registrar, Claims]:
+    settings = build(RegistrySettings, schema().empty())
+    table = SessionTable(Policy())
+    committer = Committer(SessionStore(MemoryEngine()), table.get)
+    r = Registrar(settings, table, committer, _NoBackends(), WatchHub(), MetricsRegistry())
+    here = node or settings.node
+    table.adopt(Session(K, 8, online, here, "", 3600, 5, 0, queued=True))
+    claims = Claims(r, cast(Any, None), cast(Any, None), cast(Any, None))
+    return r, claims
+
+
+def test_an_overtaken_claim_forgets_the_session_it_adopted() -> None:
+    async def run() -> None:
+        r, claims = _claims()
+        claims._adopted[K] = 9  # adopted at 8 by the claim of epoch 9
+        claims.settled(K, 9, won=False)
+        assert r.table.get(K) is None
+        assert K not in claims._adopted
+
+    asyncio.run(run())
+
+
+def test_a_claim_that_won_or_adopted_nothing_leaves_the_table_alone() -> None:
+    async def run() -> None:
+        r, claims = _claims()
+        claims._adopted[K] = 9
+        claims.settled(K, 9, won=True)
+        assert r.table.get(K) is not None and K not in claims._adopted
+        claims.settled(K, 9, won=False)  # nothing adopted by this claim
+        assert r.table.get(K) is not None
+
+    asyncio.run(run())
+
+
+def test_only_the_adopted_session_itself_is_forgotten() -> None:
+    """Another epoch, another node's record, or an online session is not what the claim
+    adopted (a registration here replaced it meanwhile)."""
+
+    async def run() -> None:
+        for online, node, adopted_by in ((False, "", 10), (True, "", 9), (False, "x", 9)):
+            r, claims = _claims(online, node)
+            claims._adopted[K] = adopted_by
+            claims.settled(K, adopted_by, won=False)
+            assert r.table.get(K) is not None, (online, node, adopted_by)
+
+    asyncio.run(run())
