@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.directory import DirectoryWriter
 from services.registry.engines.base import StoreError
+from services.registry.epoch_marks import EpochMarks
 from services.registry.leadership import View, decide, replicas
 from services.registry.locks import KeyedLocks
 from services.registry.queue_calls import QueueCalls
@@ -161,7 +161,7 @@ class Registrar:
         self.locks = KeyedLocks()
         self.claim_locks = KeyedLocks()  # a cluster claim of an id, one at a time
         # id -> the highest epoch another node took it over at (see ``fence``)
-        self._fences: OrderedDict[SessionKey, int] = OrderedDict()
+        self._fences = EpochMarks(FENCES_MAX)
         self.directory = DirectoryWriter(backends.put_meta)
         # id -> the replica set the cluster side settled on (``keeping``)
         self.replica_sets: dict[SessionKey, tuple[str, ...]] = {}
@@ -189,21 +189,17 @@ class Registrar:
     def fence(self, key: SessionKey, epoch: int) -> None:
         """Another node took ``key`` over at ``epoch``: a registration here that claimed
         an older epoch and has not installed its session yet must not install it."""
-        if self._fences.get(key, 0) < epoch:
-            self._fences[key] = epoch
-            self._fences.move_to_end(key)
-            while len(self._fences) > FENCES_MAX:
-                self._fences.popitem(last=False)
+        self._fences.raise_to(key, epoch)
 
     def _newest(self, key: SessionKey, epoch: int) -> bool:
         current = self.table.get(key)
         if current is not None and current.epoch >= epoch:
             return False
-        fenced = self._fences.get(key, 0)
+        fenced = self._fences.get(key)
         if fenced >= epoch:
             return False
         if fenced:
-            del self._fences[key]
+            self._fences.discard(key)
         return True
 
     def replica_set(self, key: SessionKey) -> tuple[str, ...]:
@@ -491,7 +487,7 @@ class Registrar:
         (``ClusterClaims.subscriptions_ours``; None: it cannot be read now). ``epoch``:
         the ended connection's; None for the start-up sweep. Says which, as a debug event
         (``reason``)."""
-        ours: bool | None = epoch is None or self._fences.get(key, 0) <= epoch
+        ours: bool | None = epoch is None or self._fences.get(key) <= epoch
         if ours and self.claims is not None:
             ours = await self.claims.subscriptions_ours(key, epoch)
         log.emit(

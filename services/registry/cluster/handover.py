@@ -24,7 +24,6 @@ and asks ``A`` again, which still has the queue (its TAKE is repeatable until RE
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,6 +32,7 @@ from services.common.session_key import SessionKey
 from services.pb import msgstore_pb2, quorum_pb2
 from services.registry.backends import BackendError
 from services.registry.cluster import codec
+from services.registry.epoch_marks import EpochMarks
 from services.registry.records import moved_command
 from services.registry.sessions import US, DeleteQueue, NotifyTakeover, OpenQueue, Session
 
@@ -78,14 +78,10 @@ class Giver:
         # The newest epoch this node's own claims won per id (bounded, oldest first):
         # a TAKE below it comes from a claim that lost to this node's, and must not
         # carry off the session this node's registration is about to resume.
-        self._claimed: OrderedDict[SessionKey, int] = OrderedDict()
+        self._claimed = EpochMarks(CLAIMED_MAX)
 
     def claimed(self, key: SessionKey, epoch: int) -> None:
-        if self._claimed.get(key, 0) < epoch:
-            self._claimed[key] = epoch
-            self._claimed.move_to_end(key)
-            while len(self._claimed) > CLAIMED_MAX:
-                self._claimed.popitem(last=False)
+        self._claimed.raise_to(key, epoch)
 
     async def handle(self, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
         key = codec.key_of(req.key)
@@ -102,7 +98,7 @@ class Giver:
         self, key: SessionKey, req: quorum_pb2.HandoverRequest
     ) -> quorum_pb2.HandoverReply:
         r = self.registrar
-        mine = self._claimed.get(key, 0)
+        mine = self._claimed.get(key)
         if mine > req.epoch:
             return quorum_pb2.HandoverReply(error=f"claimed here at epoch {mine}")
         r.fence(key, req.epoch)
