@@ -8,6 +8,8 @@ A real ``Registrar`` over an in-memory table; the claim's cluster parts are not 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any, cast
 
 from services.common.metrics import MetricsRegistry
@@ -19,6 +21,7 @@ from services.registry.cluster.claims import Claims
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.memory import MemoryEngine
+from services.registry.quorum.register import ONLINE, Entry
 from services.registry.registrar import Registrar
 from services.registry.sessions import Policy, Session, SessionTable
 from services.registry.store import SessionStore
@@ -76,5 +79,24 @@ def test_only_the_adopted_session_itself_is_forgotten() -> None:
             claims._adopted[K] = adopted_by
             claims.settled(K, adopted_by, won=False)
             assert r.table.get(K) is not None, (online, node, adopted_by)
+
+    asyncio.run(run())
+
+
+def test_a_resume_of_a_replicated_queue_keeps_its_holders_copies() -> None:
+    """The evictions a claim sends before its failover leave the holders' copies in
+    place (``keep_queue``): the failover reads them, and a copy deleted first counted
+    towards its read quorum as one without entries (2 messages lost in a fault run)."""
+
+    async def run() -> None:
+        r, claims = _claims()
+        r.settings = replace(r.settings, replication_factor=3)
+        entry = Entry("b", 7, ("b", "c", "d"), ONLINE, True)
+        resume = cast(Any, SimpleNamespace(clean_start=False))
+        clean = cast(Any, SimpleNamespace(clean_start=True))
+        assert claims._kept(resume, entry) == {"b", "c", "d"}
+        assert claims._kept(clean, entry) == frozenset()
+        r.settings = replace(r.settings, replication_factor=1)
+        assert claims._kept(resume, entry) == frozenset()
 
     asyncio.run(run())

@@ -235,12 +235,12 @@ class Claims:
                 # The owner that attempt superseded is not known here: whoever it is,
                 # it ends its session (a clean start, or a queue the resume keeps
                 # where ``holders`` says, which is not here).
-                await self._evict_others(c.key, value.epoch, {node})
+                await self._evict_others(c.key, value.epoch, {node}, self._kept(c, previous))
                 return "lost_attempt"
             return "here" if previous.live else "released"
         source = source or previous.owner
         resume = not c.clean_start and previous.persistent
-        await self._evict_others(c.key, value.epoch, {node, source})
+        await self._evict_others(c.key, value.epoch, {node, source}, self._kept(c, previous))
         if resume and self._replicated(previous):
             # Asked first even when seen down: a view that lags (a node just back) must
             # not fence the copy of an owner that still serves the session.
@@ -293,6 +293,14 @@ class Claims:
         if local is not None:
             r.table.demote(c.key)  # another node owned the id since this copy
         return path
+
+    def _kept(self, c: Connect, previous: Entry) -> frozenset[str]:
+        """The nodes whose queue copy a claim's evictions must leave in place: the
+        holders of the replicated queue that ``c`` resumes."""
+        resume = not c.clean_start and previous.live and previous.persistent
+        return (
+            frozenset(holders(previous)) if resume and self._replicated(previous) else frozenset()
+        )
 
     def _replicated(self, previous: Entry) -> bool:
         """Whether the queue is replicated here and has copies beyond its primary."""
@@ -439,13 +447,21 @@ class Claims:
             await r.queues.open(OpenQueue(key, s.epoch, clean=False, max_len=limit))
             return True
 
-    async def _evict_others(self, key: SessionKey, epoch: int, skip: set[str]) -> None:
+    async def _evict_others(
+        self, key: SessionKey, epoch: int, skip: set[str], keep: frozenset[str] = frozenset()
+    ) -> None:
         """End the id's session on every other member that is up, not only on the owner
         ``previous`` names: a claim that failed (its node refused the CONNECT) may still
         have taken effect, and then the value read names that node while the session it
         superseded lives on the node before it. A node without the session answers at
         once; one this node cannot reach is asked through the others (an asymmetric
-        cut), and one nobody reaches learns of the epoch later."""
+        cut), and one nobody reaches learns of the epoch later.
+
+        ``keep``: the holders of a replicated queue this claim resumes. They end any
+        session of theirs but keep their copy: the failover that follows reads it. A
+        copy deleted first still counted towards that read's quorum, as a copy without
+        entries, and what it held on the write quorum was lost (a fault run: a replica
+        evicted by the claim whose failover then read it and the new primary)."""
         view = self.registrar.cluster()
         for down in sorted(view.members - view.up - skip):
             self.owe(down, key, epoch)
@@ -453,7 +469,10 @@ class Claims:
         if not others:
             return
         results = await asyncio.gather(
-            *(self._handover(key, other, epoch, False) for other in others),
+            *(
+                self._handover(key, other, epoch, False, keep_queue=other in keep)
+                for other in others
+            ),
             return_exceptions=True,
         )
         for other, result in zip(others, results, strict=True):
@@ -553,14 +572,21 @@ class Claims:
         return reply.error
 
     async def _handover(
-        self, key: SessionKey, source: str, epoch: int, resume: bool, brief: bool = False
+        self,
+        key: SessionKey,
+        source: str,
+        epoch: int,
+        resume: bool,
+        brief: bool = False,
+        keep_queue: bool = False,
     ) -> Taken:
         req = quorum_pb2.HandoverRequest(
             key=codec.key_pb(key),
             epoch=epoch,
             node=self.registrar.settings.node,
             phase=quorum_pb2.HANDOVER_TAKE,
-            discard=not resume,
+            discard=not resume and not keep_queue,
+            keep_queue=keep_queue,
         )
         reply = await self._call(source, req, brief)
         return Taken(
