@@ -12,12 +12,14 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, cast
 
+from services.common.cluster_view import ClusterView
 from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.common.typed_settings import build
 from services.node.schema import schema
 from services.registry.backends import Backends
 from services.registry.cluster.claims import Claims
+from services.registry.cluster.handover import Taken
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
 from services.registry.engines.memory import MemoryEngine
@@ -100,3 +102,49 @@ def test_a_resume_of_a_replicated_queue_keeps_its_holders_copies() -> None:
         assert claims._kept(resume, entry) == frozenset()
 
     asyncio.run(run())
+
+
+def test_a_resume_of_a_queue_with_one_recorded_holder_fails_over_when_replicated() -> None:
+    """With R > 1, a live entry that names one holder (what ``Adopt`` records) still
+    moves by failover from the copies, which fences the old primary. Copied by the
+    R = 1 path instead, what reached the old copy after the TAKE was appended behind
+    what the session had already received."""
+
+    async def run(r_factor: int) -> list[str]:
+        r, claims = _claims()
+        r.settings = replace(r.settings, replication_factor=r_factor)
+        node = r.settings.node
+        members = frozenset({node, "b", "c"})
+        r.cluster = lambda: ClusterView(members, members, True, True)
+        calls: list[str] = []
+
+        async def evict_others(*_: object) -> None:
+            calls.append("evict_others")
+
+        async def handover(*_: object, **__: object) -> Taken:
+            calls.append("handover")
+            return Taken(present=True, persistent=True)
+
+        async def take_replicated(*_: object) -> None:
+            calls.append("take_replicated")
+
+        async def move_queue(*_: object) -> None:
+            calls.append("move_queue")
+
+        fakes = cast(Any, claims)
+        fakes._evict_others = evict_others
+        fakes._handover = handover
+        fakes._take_replicated = take_replicated
+        fakes._move_queue = move_queue
+        resume = cast(Any, SimpleNamespace(key=K, clean_start=False, route=""))
+        previous = Entry("b", 9, ("b",), ONLINE, True)
+        path = await claims._bring_here(resume, previous, replace(previous, owner=node, epoch=10))
+        return [path, *calls]
+
+    assert asyncio.run(run(2)) == [
+        "handover_replicated",
+        "evict_others",
+        "handover",
+        "take_replicated",
+    ]
+    assert asyncio.run(run(1)) == ["handover", "evict_others", "handover", "move_queue"]

@@ -241,7 +241,7 @@ class Claims:
         source = source or previous.owner
         resume = not c.clean_start and previous.persistent
         await self._evict_others(c.key, value.epoch, {node, source}, self._kept(c, previous))
-        if resume and self._replicated(previous):
+        if resume and self._replicated():
             # Asked first even when seen down: a view that lags (a node just back) must
             # not fence the copy of an owner that still serves the session.
             seen_down = source not in r.cluster().up
@@ -298,14 +298,16 @@ class Claims:
         """The nodes whose queue copy a claim's evictions must leave in place: the
         holders of the replicated queue that ``c`` resumes."""
         resume = not c.clean_start and previous.live and previous.persistent
-        return (
-            frozenset(holders(previous)) if resume and self._replicated(previous) else frozenset()
-        )
+        return frozenset(holders(previous)) if resume and self._replicated() else frozenset()
 
-    def _replicated(self, previous: Entry) -> bool:
-        """Whether the queue is replicated here and has copies beyond its primary."""
-        r = self.registrar
-        return r.settings.replication_factor > 1 and len(holders(previous)) > 1
+    def _replicated(self) -> bool:
+        """Whether the queue moves by failover from its copies (R > 1), however many
+        holders the register names. One holder is what ``Adopt`` records (a session the
+        register never knew), and it is still a primary that feeds replicas: copied by
+        the R = 1 path instead (``_move_queue``), what reached it after the TAKE was
+        appended late, behind what the session had already received; a failover fences
+        it, so such copies are refused and sent again, in order."""
+        return self.registrar.settings.replication_factor > 1
 
     def _copies_up(self, previous: Entry) -> bool:
         view = self.registrar.cluster()
