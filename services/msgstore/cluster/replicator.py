@@ -44,6 +44,7 @@ from services.pb.msgstore_pb2_grpc import ReplicaStub
 RETRY = 0.5  # s before a replica that did not answer is tried again
 ACK_EVERY = 1.0  # s between acknowledged-index updates to an idle replica
 STATUS_QUEUES = 100
+INLINE_READ = 64  # entries read on the loop; more go to a thread
 STEPPED_DOWN_MAX = 100_000  # superseded queues remembered (the oldest go first)
 
 
@@ -515,11 +516,15 @@ class Replicator:
             return None
         first = req.entries[0][1] if req.entries else 0
         last = req.entries[-1][1] if req.entries else 0
-        datas, acked = (
-            await asyncio.to_thread(read_entries, self.store, qp.sid, first, last)
-            if req.entries
-            else ({}, qp.acked)
-        )
+        datas: dict[int, bytes] = {}
+        acked = qp.acked
+        if req.entries and last - first < INLINE_READ:
+            # A few entries just written, in LMDB's page cache: read in microseconds. A
+            # thread hop cost 0.7 ms here on a quiet VM (waking the thread), on every
+            # round of a publisher's PUBACK.
+            datas, acked = read_entries(self.store, qp.sid, first, last)
+        elif req.entries:
+            datas, acked = await asyncio.to_thread(read_entries, self.store, qp.sid, first, last)
         if acked > qp.acked:
             qp.acked = acked
             p.log.compact(acked)
