@@ -83,7 +83,8 @@ _SPECS: Final = [
     ),
     _e(
         "client.rejected",
-        "A CONNECT was refused.",
+        "A connection was refused: its CONNECT, or before one (max_connections, a "
+        "missing PROXY header, a failed TLS handshake: client_id empty, reason says which).",
         client_id="str",
         peer="str",
         reason="str",

@@ -2,7 +2,10 @@
 
 ``listener.tcp.NAME = host:port`` declares a TCP listener (``default`` exists unless set
 to ``off``); per-listener options are ``listener.tcp.NAME.OPTION``, falling back to the
-``listener.tcp.OPTION`` value, then to ``listener.OPTION``.
+``listener.tcp.OPTION`` value, then to ``listener.OPTION``. ``listener.ssl.NAME`` declares
+a TLS listener (none by default), with the same options plus the certificate ones
+(``cafile``, ``certfile``, ``keyfile``, ``require_certificate``, …), resolved the same
+way under ``listener.ssl``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from services.common.typed_settings import setting
 from services.listener.processes import MAX_PROCESSES
 
 UNLIMITED = 0
+TLS_VERSIONS_CHOICES = ("tlsv1.2", "tlsv1.3")
 
 SETTINGS: list[Setting] = [
     # -- listeners -------------------------------------------------------------------
@@ -62,6 +66,100 @@ SETTINGS: list[Setting] = [
         "its source address becomes the client's peer; a connection without one is closed.",
     ),
     Setting("listener.tcp.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
+    # -- TLS listeners (listener.ssl.*) -------------------------------------------------
+    Setting(
+        "listener.ssl.*",
+        "address",
+        "",
+        "TLS listeners: listener.ssl.NAME = host:port (VerneMQ's default port is 8883).",
+    ),
+    Setting(
+        "listener.ssl.certfile",
+        "str",
+        "",
+        "PEM file with the server's certificate (and its chain). Required for a TLS "
+        "listener; a missing or unreadable file stops start-up, naming it.",
+    ),
+    Setting("listener.ssl.*.certfile", "str", "", "Per-listener certificate file."),
+    Setting("listener.ssl.keyfile", "str", "", "PEM file with the certificate's private key."),
+    Setting("listener.ssl.*.keyfile", "str", "", "Per-listener private key file."),
+    Setting(
+        "listener.ssl.cafile",
+        "str",
+        "",
+        "PEM file of the CA certificates client certificates are checked against.",
+    ),
+    Setting("listener.ssl.*.cafile", "str", "", "Per-listener CA file."),
+    Setting(
+        "listener.ssl.require_certificate",
+        "bool",
+        "off",
+        "Clients must present a certificate that the cafile's CAs signed; one without, "
+        "untrusted, expired or revoked is refused during the handshake (client.rejected).",
+    ),
+    Setting("listener.ssl.*.require_certificate", "bool", "off", "Per-listener option."),
+    Setting(
+        "listener.ssl.use_identity_as_username",
+        "bool",
+        "off",
+        "With require_certificate: the client certificate's CN becomes the MQTT username "
+        "and the certificate is the authentication (the password file is not consulted "
+        "for it, as in Mosquitto); ACLs apply to that username.",
+    ),
+    Setting("listener.ssl.*.use_identity_as_username", "bool", "off", "Per-listener option."),
+    Setting(
+        "listener.ssl.tls_version",
+        "enum",
+        "tlsv1.2",
+        "The lowest TLS version accepted.",
+        choices=TLS_VERSIONS_CHOICES,
+    ),
+    Setting(
+        "listener.ssl.*.tls_version",
+        "enum",
+        "tlsv1.2",
+        "Per-listener lowest TLS version.",
+        choices=TLS_VERSIONS_CHOICES,
+    ),
+    Setting(
+        "listener.ssl.ciphers",
+        "str",
+        "",
+        "OpenSSL cipher list for TLS 1.2 connections (empty: OpenSSL's defaults). "
+        "TLS 1.3 suites are OpenSSL's.",
+    ),
+    Setting("listener.ssl.*.ciphers", "str", "", "Per-listener cipher list."),
+    Setting(
+        "listener.ssl.crlfile",
+        "str",
+        "",
+        "PEM certificate revocation list: a client certificate it lists is refused.",
+    ),
+    Setting("listener.ssl.*.crlfile", "str", "", "Per-listener CRL file."),
+    Setting(
+        "listener.ssl.handshake_timeout",
+        "duration",
+        "10s",
+        "A connection that has not completed its TLS handshake by then is closed.",
+    ),
+    Setting("listener.ssl.*.handshake_timeout", "duration", "10s", "Per-listener option."),
+    Setting(
+        "listener.ssl.allowed_protocol_versions",
+        "list",
+        "3,4,5",
+        "MQTT protocol levels accepted on TLS listeners.",
+    ),
+    Setting("listener.ssl.*.allowed_protocol_versions", "list", "3,4,5", "Per-listener levels."),
+    Setting("listener.ssl.*.mountpoint", "str", "", "Per-listener mountpoint."),
+    Setting("listener.ssl.*.max_connections", "int", "0", "Per-listener limit.", minimum=0),
+    Setting(
+        "listener.ssl.proxy_protocol",
+        "bool",
+        "off",
+        "Every connection starts with a PROXY header, in plain text before the TLS "
+        "handshake (HAProxy in TCP mode passing TLS through).",
+    ),
+    Setting("listener.ssl.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
     Setting(
         "listener.tcp.buffer_sizes",
         "size",
@@ -353,6 +451,17 @@ _OPTION_NAMES = {
     "proxy_protocol",
     "buffer_sizes",
 }
+TLS_OPTIONS = (
+    "cafile",
+    "certfile",
+    "keyfile",
+    "require_certificate",
+    "use_identity_as_username",
+    "tls_version",
+    "ciphers",
+    "crlfile",
+    "handshake_timeout",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +474,22 @@ class TcpListener:
     max_connections: int
     buffer_size: int
     proxy_protocol: bool = False
+    tls: TlsOptions | None = None  # a TLS listener's certificates and rules
+
+
+@dataclass(frozen=True, slots=True)
+class TlsOptions:
+    """A TLS listener's ``listener.ssl.*`` options, as VerneMQ names them."""
+
+    certfile: str
+    keyfile: str
+    cafile: str = ""
+    require_certificate: bool = False
+    use_identity_as_username: bool = False
+    tls_version: str = "tlsv1.2"  # the lowest version accepted
+    ciphers: str = ""  # OpenSSL cipher list for TLS 1.2 ("" = OpenSSL's defaults)
+    crlfile: str = ""
+    handshake_timeout: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,21 +529,43 @@ class ListenerSettings:
 
 def tcp_listeners(config: Config) -> list[TcpListener]:
     """The configured TCP listeners with their options resolved."""
+    return _listeners(config, "tcp")
+
+
+def ssl_listeners(config: Config) -> list[TcpListener]:
+    """The configured TLS listeners (``listener.ssl.NAME``) with their options resolved."""
+    return _listeners(config, "ssl")
+
+
+def _listeners(config: Config, transport: str) -> list[TcpListener]:
     out = []
-    for key, value in sorted(config.matching("listener.tcp.*").items()):
+    for key, value in sorted(config.matching(f"listener.{transport}.*").items()):
         name = key.split(".")[2]
-        if name in _OPTION_NAMES or value in ("off", ""):
+        if name in _OPTION_NAMES or name in TLS_OPTIONS or value in ("off", ""):
             continue
         host, _, port = value.rpartition(":")
 
         def opt(option: str, name: str = name) -> Any:
-            specific = config.explicit().get(f"listener.tcp.{name}.{option}")
+            specific = config.explicit().get(f"listener.{transport}.{name}.{option}")
             if specific is not None:
                 return specific
             if option in ("mountpoint", "max_connections"):
                 return config[f"listener.{option}"]
-            return config[f"listener.tcp.{option}"]
+            return config[f"listener.{transport}.{option}"]
 
+        tls = None
+        if transport == "ssl":
+            tls = TlsOptions(
+                certfile=opt("certfile"),
+                keyfile=opt("keyfile"),
+                cafile=opt("cafile"),
+                require_certificate=opt("require_certificate"),
+                use_identity_as_username=opt("use_identity_as_username"),
+                tls_version=opt("tls_version"),
+                ciphers=opt("ciphers"),
+                crlfile=opt("crlfile"),
+                handshake_timeout=opt("handshake_timeout"),
+            )
         out.append(
             TcpListener(
                 name=name,
@@ -429,6 +576,7 @@ def tcp_listeners(config: Config) -> list[TcpListener]:
                 max_connections=opt("max_connections"),
                 buffer_size=config["listener.tcp.buffer_sizes"],
                 proxy_protocol=opt("proxy_protocol"),
+                tls=tls,
             )
         )
     return out

@@ -35,7 +35,7 @@ from services.listener.mqtt.decoder import Decoder
 from services.listener.mqtt.errors import MQTTError
 from services.listener.mqtt.types import Connect, Packet
 from services.listener.ports import BrokerPort, ClientPort
-from services.listener.preauth import ConnectionAuth
+from services.listener.preauth import CertifiedAuth, ConnectionAuth
 from services.listener.proxy_protocol import ProxyHeaderError, ProxyReader
 from services.listener.session.actions import Close, Ended
 from services.listener.session.auth import Authorizer
@@ -58,12 +58,14 @@ class Connection(ActionExecutor):
         "_held_error",
         "_linger",
         "_max_pending",
+        "_peer",
         "_preauth",
         "_proxy",
         "authorizer",
         "decoder",
         "flow",
         "gate",
+        "identity",
         "limits",
     )
 
@@ -77,11 +79,20 @@ class Connection(ActionExecutor):
         slow_auth: bool = False,
         gate: ConnectionGate | None = None,
         max_pending: int = 4 * 1024 * 1024,
+        peer: str = "",
+        identity: str | None = None,
     ) -> None:
         super().__init__(broker, listener, metrics)
         self.gate = gate
         self.limits = limits
         self._max_pending = max_pending
+        # A TLS listener's: the client's address behind a PROXY header read before the
+        # handshake, and the certificate's CN with use_identity_as_username.
+        self._peer = peer
+        self.identity = identity
+        if identity is not None:
+            authorizer = CertifiedAuth(authorizer, identity)
+            slow_auth = False  # the certificate authenticated it: no password check
         # the password check runs off the loop (preauth) only when it may be slow
         self._preauth = ConnectionAuth(authorizer) if slow_auth else None
         self.authorizer: Authorizer = self._preauth or authorizer
@@ -101,6 +112,8 @@ class Connection(ActionExecutor):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self._peer:
+            self.peer = self._peer
         if self.gate is not None and not self.gate.admit():
             self._refuse("max_connections")
             return
@@ -217,6 +230,8 @@ class Connection(ActionExecutor):
         assert session is not None
         preauth = self._preauth
         for i, pkt in enumerate(packets):
+            if self.identity is not None and isinstance(pkt, Connect):
+                pkt.username = self.identity  # use_identity_as_username
             if (
                 preauth is not None
                 and isinstance(pkt, Connect)

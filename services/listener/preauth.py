@@ -33,3 +33,30 @@ class ConnectionAuth:
         self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
     ) -> bool:
         return self.inner.authorize_subscribe(client_id, username, mountpoint, topic_filter)
+
+
+class CertifiedAuth:
+    """A TLS client whose certificate named it (``use_identity_as_username``): its CN
+    is its username and the certificate its authentication, so the password file is
+    not consulted (Mosquitto's rule). ACLs still apply, to that username."""
+
+    def __init__(self, inner: Authorizer, identity: str) -> None:
+        self.inner = inner
+        self.identity = identity
+
+    def authenticate(
+        self, client_id: str, username: str | None, password: bytes | None, peer: str
+    ) -> int:
+        if username == self.identity:
+            return 0
+        return self.inner.authenticate(client_id, username, password, peer)
+
+    def authorize_publish(
+        self, client_id: str, username: str | None, mountpoint: str, topic: str
+    ) -> bool:
+        return self.inner.authorize_publish(client_id, username, mountpoint, topic)
+
+    def authorize_subscribe(
+        self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
+    ) -> bool:
+        return self.inner.authorize_subscribe(client_id, username, mountpoint, topic_filter)

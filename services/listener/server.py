@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -38,13 +40,19 @@ from services.listener import convert, processes, systree
 from services.listener.auth.authorizer import Authorizer, from_config
 from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
-from services.listener.config import ListenerSettings, TcpListener, tcp_listeners
+from services.listener.config import (
+    ListenerSettings,
+    TcpListener,
+    ssl_listeners,
+    tcp_listeners,
+)
 from services.listener.connection import Connection
 from services.listener.forward.receiver import ForwardServicer
 from services.listener.gate import ConnectionGate
 from services.listener.metrics import ListenerMetrics
 from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
+from services.listener.tls import TlsServer, build_context
 from services.pb import (
     common_pb2_grpc,
     forward_pb2,
@@ -189,6 +197,22 @@ async def _reload_auth(authorizer: Any, interval: float, stop: asyncio.Event) ->
             )
 
 
+def _tls_rejected(metrics: ListenerMetrics) -> Callable[[str, str], None]:
+    def rejected(peer: str, reason: str) -> None:
+        metrics.refused.labels("tls_handshake").inc()
+        log.emit(
+            "client.rejected",
+            "warning",
+            client_id="",
+            peer=peer,
+            reason=reason,
+            reason_code=0,
+            proto_ver=0,
+        )
+
+    return rejected
+
+
 async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> asyncio.Server:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
@@ -284,6 +308,38 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         reuse_port = settings.reuse_port or settings.processes > 1
         servers.append(await _start_tcp(lst, factory, reuse_port))
         started(f"mqtt://{lst.host}:{lst.port}")
+    tls_servers = []
+    for lst in ssl_listeners(config):
+        assert lst.tls is not None
+        ctx = build_context(lst.name, lst.tls)  # OSError: start-up stops, naming the file
+        limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
+        gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
+
+        def tls_factory(
+            peer: str,
+            identity: str | None,
+            lst: TcpListener = lst,
+            limits: SessionLimits = limits,
+            gate: ConnectionGate | None = gate,
+        ) -> Any:
+            return Connection(
+                broker,
+                replace(lst, proxy_protocol=False),  # the header was read before TLS
+                limits,
+                authorizer,
+                lm,
+                slow_auth,
+                gate,
+                settings.max_pending_bytes,
+                peer,
+                identity,
+            )
+
+        reuse_port = settings.reuse_port or settings.processes > 1
+        tls_server = TlsServer(lst, ctx, tls_factory, _tls_rejected(lm), reuse_port)
+        tls_server.start()
+        tls_servers.append(tls_server)
+        started(f"mqtts://{lst.host}:{tls_server.port}")
     broker.accepting = True
     if settings.systree_enabled and index == 0:  # one $SYS publisher per node
         own = [_own_samples(metrics)]
@@ -317,6 +373,8 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     broker.accepting = False
     for srv in servers:
         srv.close()
+    for tls_server in tls_servers:
+        await tls_server.close()
     await broker.shutdown()
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(store.flush(), 5)

@@ -40,6 +40,7 @@ class Client:
     will: tuple[str, bytes, int, bool] | None = None
     reconnect: bool = True  # paho reconnects by itself after a lost connection
     host: str = "127.0.0.1"
+    tls: tuple[str, str | None, str | None] | None = None  # (CA file, cert file, key file)
     messages: queue.Queue[Received] = field(default_factory=queue.Queue)
     acked: list[int] = field(default_factory=list)  # tags answered with success
     refused: list[tuple[int, int]] = field(default_factory=list)  # (tag, failure code)
@@ -70,6 +71,9 @@ class Client:
             self.paho.username_pw_set(self.username, self.password)
         if self.will is not None:
             self.paho.will_set(*self.will)
+        if self.tls is not None:
+            ca, cert, key = self.tls
+            self.paho.tls_set(ca_certs=ca, certfile=cert, keyfile=key)
         self._mids: dict[int, int] = {}
         self._lock = threading.Lock()
 
