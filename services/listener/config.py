@@ -21,6 +21,115 @@ from services.listener.processes import MAX_PROCESSES
 UNLIMITED = 0
 TLS_VERSIONS_CHOICES = ("tlsv1.2", "tlsv1.3")
 
+
+def _transport_settings(transport: str) -> list[Setting]:
+    """The keys of one more transport (``ssl``, ``ws``, ``wss``): its listeners, the
+    options every listener has, and for ``ssl`` and ``wss`` the certificate ones."""
+    p = f"listener.{transport}"
+    what = {"ssl": "TLS", "ws": "WebSocket", "wss": "WebSocket over TLS"}[transport]
+    port = {"ssl": 8883, "ws": 8080, "wss": 8443}[transport]
+    out = [
+        Setting(
+            f"{p}.*",
+            "address",
+            "",
+            f"{what} listeners: {p}.NAME = host:port (none by default; VerneMQ uses {port}).",
+        ),
+        Setting(
+            f"{p}.allowed_protocol_versions",
+            "list",
+            "3,4,5",
+            f"MQTT protocol levels accepted on {what} listeners.",
+        ),
+        Setting(f"{p}.*.allowed_protocol_versions", "list", "3,4,5", "Per-listener levels."),
+        Setting(f"{p}.*.mountpoint", "str", "", "Per-listener mountpoint."),
+        Setting(f"{p}.*.max_connections", "int", "0", "Per-listener limit.", minimum=0),
+        Setting(
+            f"{p}.proxy_protocol",
+            "bool",
+            "off",
+            "Every connection starts with a PROXY header, in plain text"
+            + (" before the TLS handshake." if transport != "ws" else "."),
+        ),
+        Setting(f"{p}.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
+    ]
+    if transport == "ws":
+        return out
+    return [
+        *out,
+        Setting(
+            f"{p}.certfile",
+            "str",
+            "",
+            "PEM file with the server's certificate (and its chain). Required; a missing or "
+            "unreadable file stops start-up, naming it.",
+        ),
+        Setting(f"{p}.*.certfile", "str", "", "Per-listener certificate file."),
+        Setting(f"{p}.keyfile", "str", "", "PEM file with the certificate's private key."),
+        Setting(f"{p}.*.keyfile", "str", "", "Per-listener private key file."),
+        Setting(
+            f"{p}.cafile",
+            "str",
+            "",
+            "PEM file of the CA certificates client certificates are checked against.",
+        ),
+        Setting(f"{p}.*.cafile", "str", "", "Per-listener CA file."),
+        Setting(
+            f"{p}.require_certificate",
+            "bool",
+            "off",
+            "Clients must present a certificate that the cafile's CAs signed; one without, "
+            "untrusted, expired or revoked is refused during the handshake (client.rejected).",
+        ),
+        Setting(f"{p}.*.require_certificate", "bool", "off", "Per-listener option."),
+        Setting(
+            f"{p}.use_identity_as_username",
+            "bool",
+            "off",
+            "With require_certificate: the client certificate's CN becomes the MQTT username "
+            "and the certificate is the authentication (the password file is not consulted "
+            "for it, as in Mosquitto); ACLs apply to that username.",
+        ),
+        Setting(f"{p}.*.use_identity_as_username", "bool", "off", "Per-listener option."),
+        Setting(
+            f"{p}.tls_version",
+            "enum",
+            "tlsv1.2",
+            "The lowest TLS version accepted.",
+            choices=TLS_VERSIONS_CHOICES,
+        ),
+        Setting(
+            f"{p}.*.tls_version",
+            "enum",
+            "tlsv1.2",
+            "Per-listener lowest TLS version.",
+            choices=TLS_VERSIONS_CHOICES,
+        ),
+        Setting(
+            f"{p}.ciphers",
+            "str",
+            "",
+            "OpenSSL cipher list for TLS 1.2 connections (empty: OpenSSL's defaults). "
+            "TLS 1.3 suites are OpenSSL's.",
+        ),
+        Setting(f"{p}.*.ciphers", "str", "", "Per-listener cipher list."),
+        Setting(
+            f"{p}.crlfile",
+            "str",
+            "",
+            "PEM certificate revocation list: a client certificate it lists is refused.",
+        ),
+        Setting(f"{p}.*.crlfile", "str", "", "Per-listener CRL file."),
+        Setting(
+            f"{p}.handshake_timeout",
+            "duration",
+            "10s",
+            "A connection that has not completed its TLS handshake by then is closed.",
+        ),
+        Setting(f"{p}.*.handshake_timeout", "duration", "10s", "Per-listener option."),
+    ]
+
+
 SETTINGS: list[Setting] = [
     # -- listeners -------------------------------------------------------------------
     Setting(
@@ -66,100 +175,9 @@ SETTINGS: list[Setting] = [
         "its source address becomes the client's peer; a connection without one is closed.",
     ),
     Setting("listener.tcp.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
-    # -- TLS listeners (listener.ssl.*) -------------------------------------------------
-    Setting(
-        "listener.ssl.*",
-        "address",
-        "",
-        "TLS listeners: listener.ssl.NAME = host:port (VerneMQ's default port is 8883).",
-    ),
-    Setting(
-        "listener.ssl.certfile",
-        "str",
-        "",
-        "PEM file with the server's certificate (and its chain). Required for a TLS "
-        "listener; a missing or unreadable file stops start-up, naming it.",
-    ),
-    Setting("listener.ssl.*.certfile", "str", "", "Per-listener certificate file."),
-    Setting("listener.ssl.keyfile", "str", "", "PEM file with the certificate's private key."),
-    Setting("listener.ssl.*.keyfile", "str", "", "Per-listener private key file."),
-    Setting(
-        "listener.ssl.cafile",
-        "str",
-        "",
-        "PEM file of the CA certificates client certificates are checked against.",
-    ),
-    Setting("listener.ssl.*.cafile", "str", "", "Per-listener CA file."),
-    Setting(
-        "listener.ssl.require_certificate",
-        "bool",
-        "off",
-        "Clients must present a certificate that the cafile's CAs signed; one without, "
-        "untrusted, expired or revoked is refused during the handshake (client.rejected).",
-    ),
-    Setting("listener.ssl.*.require_certificate", "bool", "off", "Per-listener option."),
-    Setting(
-        "listener.ssl.use_identity_as_username",
-        "bool",
-        "off",
-        "With require_certificate: the client certificate's CN becomes the MQTT username "
-        "and the certificate is the authentication (the password file is not consulted "
-        "for it, as in Mosquitto); ACLs apply to that username.",
-    ),
-    Setting("listener.ssl.*.use_identity_as_username", "bool", "off", "Per-listener option."),
-    Setting(
-        "listener.ssl.tls_version",
-        "enum",
-        "tlsv1.2",
-        "The lowest TLS version accepted.",
-        choices=TLS_VERSIONS_CHOICES,
-    ),
-    Setting(
-        "listener.ssl.*.tls_version",
-        "enum",
-        "tlsv1.2",
-        "Per-listener lowest TLS version.",
-        choices=TLS_VERSIONS_CHOICES,
-    ),
-    Setting(
-        "listener.ssl.ciphers",
-        "str",
-        "",
-        "OpenSSL cipher list for TLS 1.2 connections (empty: OpenSSL's defaults). "
-        "TLS 1.3 suites are OpenSSL's.",
-    ),
-    Setting("listener.ssl.*.ciphers", "str", "", "Per-listener cipher list."),
-    Setting(
-        "listener.ssl.crlfile",
-        "str",
-        "",
-        "PEM certificate revocation list: a client certificate it lists is refused.",
-    ),
-    Setting("listener.ssl.*.crlfile", "str", "", "Per-listener CRL file."),
-    Setting(
-        "listener.ssl.handshake_timeout",
-        "duration",
-        "10s",
-        "A connection that has not completed its TLS handshake by then is closed.",
-    ),
-    Setting("listener.ssl.*.handshake_timeout", "duration", "10s", "Per-listener option."),
-    Setting(
-        "listener.ssl.allowed_protocol_versions",
-        "list",
-        "3,4,5",
-        "MQTT protocol levels accepted on TLS listeners.",
-    ),
-    Setting("listener.ssl.*.allowed_protocol_versions", "list", "3,4,5", "Per-listener levels."),
-    Setting("listener.ssl.*.mountpoint", "str", "", "Per-listener mountpoint."),
-    Setting("listener.ssl.*.max_connections", "int", "0", "Per-listener limit.", minimum=0),
-    Setting(
-        "listener.ssl.proxy_protocol",
-        "bool",
-        "off",
-        "Every connection starts with a PROXY header, in plain text before the TLS "
-        "handshake (HAProxy in TCP mode passing TLS through).",
-    ),
-    Setting("listener.ssl.*.proxy_protocol", "bool", "off", "Per-listener PROXY protocol."),
+    *_transport_settings("ssl"),
+    *_transport_settings("ws"),
+    *_transport_settings("wss"),
     Setting(
         "listener.tcp.buffer_sizes",
         "size",
@@ -475,6 +493,7 @@ class TcpListener:
     buffer_size: int
     proxy_protocol: bool = False
     tls: TlsOptions | None = None  # a TLS listener's certificates and rules
+    transport: str = "tcp"  # tcp, ssl, ws or wss
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,6 +556,12 @@ def ssl_listeners(config: Config) -> list[TcpListener]:
     return _listeners(config, "ssl")
 
 
+def ws_listeners(config: Config) -> list[TcpListener]:
+    """The configured WebSocket listeners, plain (``listener.ws.NAME``) and over TLS
+    (``listener.wss.NAME``), with their options resolved."""
+    return _listeners(config, "ws") + _listeners(config, "wss")
+
+
 def _listeners(config: Config, transport: str) -> list[TcpListener]:
     out = []
     for key, value in sorted(config.matching(f"listener.{transport}.*").items()):
@@ -554,7 +579,7 @@ def _listeners(config: Config, transport: str) -> list[TcpListener]:
             return config[f"listener.{transport}.{option}"]
 
         tls = None
-        if transport == "ssl":
+        if transport in ("ssl", "wss"):
             tls = TlsOptions(
                 certfile=opt("certfile"),
                 keyfile=opt("keyfile"),
@@ -577,6 +602,7 @@ def _listeners(config: Config, transport: str) -> list[TcpListener]:
                 buffer_size=config["listener.tcp.buffer_sizes"],
                 proxy_protocol=opt("proxy_protocol"),
                 tls=tls,
+                transport=transport,
             )
         )
     return out

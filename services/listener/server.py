@@ -45,6 +45,7 @@ from services.listener.config import (
     TcpListener,
     ssl_listeners,
     tcp_listeners,
+    ws_listeners,
 )
 from services.listener.connection import Connection
 from services.listener.forward.receiver import ForwardServicer
@@ -53,6 +54,7 @@ from services.listener.metrics import ListenerMetrics
 from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
 from services.listener.tls import TlsServer, build_context
+from services.listener.websocket import PATH, WsProtocol
 from services.pb import (
     common_pb2_grpc,
     forward_pb2,
@@ -197,9 +199,10 @@ async def _reload_auth(authorizer: Any, interval: float, stop: asyncio.Event) ->
             )
 
 
-def _tls_rejected(metrics: ListenerMetrics) -> Callable[[str, str], None]:
+def _rejected(metrics: ListenerMetrics) -> Callable[[str, str], None]:
     def rejected(peer: str, reason: str) -> None:
-        metrics.refused.labels("tls_handshake").inc()
+        kind = "tls_handshake" if reason.startswith("tls:") else "handshake"
+        metrics.refused.labels(kind).inc()
         log.emit(
             "client.rejected",
             "warning",
@@ -308,14 +311,14 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         reuse_port = settings.reuse_port or settings.processes > 1
         servers.append(await _start_tcp(lst, factory, reuse_port))
         started(f"mqtt://{lst.host}:{lst.port}")
+    reuse_port = settings.reuse_port or settings.processes > 1
+    rejected = _rejected(lm)
     tls_servers = []
-    for lst in ssl_listeners(config):
-        assert lst.tls is not None
-        ctx = build_context(lst.name, lst.tls)  # OSError: start-up stops, naming the file
+    for lst in [*ssl_listeners(config), *ws_listeners(config)]:
         limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
         gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
 
-        def tls_factory(
+        def mqtt(
             peer: str,
             identity: str | None,
             lst: TcpListener = lst,
@@ -324,7 +327,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         ) -> Any:
             return Connection(
                 broker,
-                replace(lst, proxy_protocol=False),  # the header was read before TLS
+                replace(lst, proxy_protocol=False),  # read before TLS or HTTP, if any
                 limits,
                 authorizer,
                 lm,
@@ -335,11 +338,30 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
                 identity,
             )
 
-        reuse_port = settings.reuse_port or settings.processes > 1
-        tls_server = TlsServer(lst, ctx, tls_factory, _tls_rejected(lm), reuse_port)
+        make: Callable[[str, str | None], Any] = mqtt
+        if lst.transport in ("ws", "wss"):
+
+            def make(
+                peer: str,
+                identity: str | None,
+                mqtt: Callable[[str, str | None], Any] = mqtt,
+            ) -> Any:
+                return WsProtocol(mqtt, rejected, False, peer, identity)
+
+        scheme = {"ssl": "mqtts", "ws": "ws", "wss": "wss"}[lst.transport]
+        if lst.tls is None:  # ws: the PROXY header, if any, comes before the HTTP request
+
+            def plain(lst: TcpListener = lst, mqtt: Any = mqtt) -> WsProtocol:
+                return WsProtocol(mqtt, rejected, lst.proxy_protocol)
+
+            servers.append(await _start_tcp(lst, plain, reuse_port))
+            started(f"{scheme}://{lst.host}:{lst.port}{PATH}")
+            continue
+        ctx = build_context(lst.name, lst.tls, lst.transport)  # OSError: stops start-up
+        tls_server = TlsServer(lst, ctx, make, rejected, reuse_port)
         tls_server.start()
         tls_servers.append(tls_server)
-        started(f"mqtts://{lst.host}:{tls_server.port}")
+        started(f"{scheme}://{lst.host}:{tls_server.port}")
     broker.accepting = True
     if settings.systree_enabled and index == 0:  # one $SYS publisher per node
         own = [_own_samples(metrics)]

@@ -42,11 +42,11 @@ ConnectionFactory = Callable[[str, "str | None"], asyncio.Protocol]
 Rejected = Callable[[str, str], None]  # (peer, reason)
 
 
-def build_context(name: str, opts: TlsOptions) -> ssl.SSLContext:
+def build_context(name: str, opts: TlsOptions, transport: str = "ssl") -> ssl.SSLContext:
     """The server context of listener ``name``; OSError naming the bad setting."""
-    where = f"listener.ssl.{name}"
+    where = f"listener.{transport}.{name}"
     if not opts.certfile or not opts.keyfile:
-        raise OSError(f"{where}: a TLS listener needs listener.ssl.certfile and keyfile")
+        raise OSError(f"{where}: a TLS listener needs listener.{transport}.certfile and keyfile")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = _VERSIONS[opts.tls_version]
     try:
@@ -63,7 +63,7 @@ def build_context(name: str, opts: TlsOptions) -> ssl.SSLContext:
             raise OSError(f"{where}: ciphers {opts.ciphers!r}: {_why(exc)}") from None
     if opts.require_certificate:
         if not opts.cafile:
-            raise OSError(f"{where}: require_certificate needs listener.ssl.cafile")
+            raise OSError(f"{where}: require_certificate needs listener.{transport}.cafile")
         ctx.verify_mode = ssl.CERT_REQUIRED
     elif opts.use_identity_as_username:
         raise OSError(f"{where}: use_identity_as_username needs require_certificate = on")

@@ -13,7 +13,7 @@ from services.common.config import Config, ConfigError, Problem, Schema
 from services.common.settings import Setting
 from services.gossip.config import SETTINGS as GOSSIP
 from services.listener.config import SETTINGS as LISTENER
-from services.listener.config import ssl_listeners
+from services.listener.config import ssl_listeners, ws_listeners
 from services.listener.tls import build_context
 from services.msgstore.config import SETTINGS as MSGSTORE
 from services.msgstore.config import quorum_problem
@@ -148,10 +148,11 @@ def checked(config: Config) -> Config:
     if problem:
         raise ConfigError([Problem(config.source, 0, problem)])
     problems = []
-    for lst in ssl_listeners(config):
-        assert lst.tls is not None
+    for lst in [*ssl_listeners(config), *ws_listeners(config)]:
+        if lst.tls is None:
+            continue
         try:
-            build_context(lst.name, lst.tls)  # the files, read as the listener will
+            build_context(lst.name, lst.tls, lst.transport)  # read as the listener will
         except OSError as exc:
             problems.append(Problem(config.source, 0, str(exc)))
     if problems:

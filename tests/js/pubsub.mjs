@@ -1,15 +1,17 @@
 // MQTT.js against ternmq: for each protocol version, a subscriber and a publisher
 // exchange QoS 0/1/2 messages and a retained one. Prints one JSON line with what arrived.
+// The first argument is a port (mqtt://127.0.0.1:PORT) or a URL (ws://127.0.0.1:PORT/mqtt).
 import mqtt from "mqtt";
 
-const port = Number(process.argv[2]);
+const target = process.argv[2];
+const url = /^\d+$/.test(target) ? `mqtt://127.0.0.1:${target}` : target;
 const version = Number(process.argv[3]);
 const topic = `js/${version}/${process.pid}`;
 const deadline = setTimeout(() => { console.log(JSON.stringify({ error: "timeout" })); process.exit(2); }, 20000);
 
 function connect(clientId) {
   return new Promise((resolve, reject) => {
-    const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId, protocolVersion: version, reconnectPeriod: 0 });
+    const c = mqtt.connect(url, { clientId, protocolVersion: version, reconnectPeriod: 0 });
     c.once("connect", () => resolve(c));
     c.once("error", reject);
   });

@@ -41,6 +41,7 @@ class Client:
     reconnect: bool = True  # paho reconnects by itself after a lost connection
     host: str = "127.0.0.1"
     tls: tuple[str, str | None, str | None] | None = None  # (CA file, cert file, key file)
+    websocket: bool = False  # MQTT over WebSocket, path /mqtt
     messages: queue.Queue[Received] = field(default_factory=queue.Queue)
     acked: list[int] = field(default_factory=list)  # tags answered with success
     refused: list[tuple[int, int]] = field(default_factory=list)  # (tag, failure code)
@@ -60,8 +61,11 @@ class Client:
             client_id=self.client_id,
             protocol=protocol,
             reconnect_on_failure=self.reconnect,
+            transport="websockets" if self.websocket else "tcp",
             **kwargs,
         )
+        if self.websocket:
+            self.paho.ws_set_options(path="/mqtt")
         self.paho.on_connect = self._on_connect
         self.paho.on_message = self._on_message
         self.paho.on_publish = self._on_publish

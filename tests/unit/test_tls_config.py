@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.common.config import ConfigError, load
-from services.listener.config import TlsOptions, ssl_listeners
+from services.listener.config import TlsOptions, ssl_listeners, ws_listeners
 from services.listener.tls import build_context, identity
 from services.node.schema import checked, schema
 from tests.support.certs import Certs, make_certs
@@ -108,3 +108,35 @@ def test_identity_is_the_subjects_common_name() -> None:
     assert identity(cert) == "device-7"
     assert identity({"subject": ((("organizationName", "x"),),)}) is None
     assert identity(None) is None
+
+
+def test_websocket_listeners_plain_and_over_tls() -> None:
+    config = load(
+        schema(),
+        None,
+        {
+            "listener.ws.default": "127.0.0.1:8080",
+            "listener.ws.default.proxy_protocol": "on",
+            "listener.wss.default": "127.0.0.1:8443",
+            "listener.wss.certfile": "/w.crt",
+            "listener.wss.keyfile": "/w.key",
+        },
+    )
+    ws, wss = ws_listeners(config)
+    assert (ws.transport, ws.port, ws.tls, ws.proxy_protocol) == ("ws", 8080, None, True)
+    assert wss.transport == "wss" and wss.tls is not None and wss.tls.certfile == "/w.crt"
+    assert ssl_listeners(config) == []
+
+
+def test_a_wss_listener_with_an_unreadable_file_names_its_key(tmp_path: Path) -> None:
+    config = load(
+        schema(),
+        None,
+        {
+            "listener.wss.default": "127.0.0.1:8443",
+            "listener.wss.certfile": str(tmp_path / "w.crt"),
+            "listener.wss.keyfile": str(tmp_path / "w.key"),
+        },
+    )
+    with pytest.raises(ConfigError, match=re.escape("listener.wss.default: cannot load")):
+        checked(config)
