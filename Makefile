@@ -63,7 +63,7 @@ $(JS_DEPS): tests/js/package.json tests/js/package-lock.json
 
 test: $(NATIVE) $(JS_DEPS)
 	$(MAKE) lint typecheck
-	$(BIN)/python -m pytest tests -q
+	TERNMQ_ARTIFACTS=$(CURDIR)/test-artifacts $(BIN)/python -m pytest tests -q
 
 test-fast: $(NATIVE)
 	$(BIN)/python -m pytest tests/unit -q
