@@ -28,7 +28,7 @@ from services.common.config import Config
 from services.common.grpcutil import CHANNEL_OPTIONS, samples_from_pb, service_address
 from services.common.metrics import SampleValue, render_prometheus
 from services.common.supervisor import ChildStatus
-from services.listener.config import tcp_listeners
+from services.listener.config import ssl_listeners, tcp_listeners, ws_listeners
 from services.listener.processes import admin_address, child_name
 from services.listener.routing.topics import topic_matches
 from services.pb import (
@@ -324,9 +324,15 @@ class HttpApi:
 
     def listener_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         running = self.client.status("listener").get("accepting", False)
+        kinds = {"tcp": "mqtt", "ssl": "mqtts", "ws": "mqttws", "wss": "mqttwss"}  # VerneMQ's
+        listeners = [
+            *tcp_listeners(self.config),
+            *ssl_listeners(self.config),
+            *ws_listeners(self.config),
+        ]
         return HTTPStatus.OK, [
             {
-                "type": "mqtt",
+                "type": kinds[lst.transport],
                 "name": lst.name,
                 "address": lst.host,
                 "port": lst.port,
@@ -335,7 +341,7 @@ class HttpApi:
                 "max_conns": lst.max_connections,
                 "protocols": ",".join(str(v) for v in sorted(lst.allowed_versions)),
             }
-            for lst in tcp_listeners(self.config)
+            for lst in listeners
         ]
 
     def show(self, q: dict[str, list[str]]) -> tuple[int, Any]:

@@ -231,3 +231,13 @@ def test_the_proxy_header_before_the_request_names_the_client(node: Node) -> Non
     wait_for(lambda: connected(node, "ws-proxied"), 10, what="client.connected")
     event = connected(node, "ws-proxied")
     assert event is not None and event.get("peer") == "198.51.100.4:53000"
+
+
+def test_listener_show_lists_every_transport(node: Node) -> None:
+    rows = node.get_json("/api/v1/listener/show")
+    assert isinstance(rows, list)
+    got = {(r["type"], r["name"], r["port"]) for r in rows}
+    assert ("mqtt", "default", node.mqtt_port) in got
+    assert ("mqttws", "default", port(node, "ws")) in got
+    assert ("mqttws", "proxied", port(node, "proxied")) in got
+    assert ("mqttwss", "default", port(node, "wss")) in got
