@@ -222,6 +222,22 @@ def listener_show(ctx: click.Context) -> None:
 
 
 @cli.group()
+def webhooks() -> None:
+    """Webhooks (VerneMQ's vmq_webhooks)."""
+
+
+@webhooks.command("show")
+@click.pass_context
+def webhooks_show(ctx: click.Context) -> None:
+    """List the configured webhooks: hook, endpoint, name."""
+    _emit(
+        ctx,
+        ctx.obj["node"].get("/api/v1/webhooks/show"),
+        ["hook", "endpoint", "name", "base64_payload"],
+    )
+
+
+@cli.group()
 def metrics() -> None:
     """Metrics."""
 

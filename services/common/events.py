@@ -92,6 +92,15 @@ _SPECS: Final = [
         proto_ver="int",
     ),
     _e(
+        "webhook.failed",
+        "A webhook endpoint could not be asked (timeout, connection error, a status other "
+        "than 200, an answer that is not JSON, modifiers that cannot be applied): the hook's "
+        "client was refused.",
+        hook="str",
+        endpoint="str",
+        reason="str",
+    ),
+    _e(
         "session.takeover",
         "A new connection took over a client id's session.",
         client_id="str",

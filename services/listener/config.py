@@ -17,6 +17,7 @@ from services.common.config import Config
 from services.common.settings import Setting
 from services.common.typed_settings import setting
 from services.listener.processes import MAX_PROCESSES
+from services.listener.webhooks.spec import AUTH_HOOKS
 
 UNLIMITED = 0
 TLS_VERSIONS_CHOICES = ("tlsv1.2", "tlsv1.3")
@@ -224,6 +225,43 @@ SETTINGS: list[Setting] = [
         "How often the password file is checked for changes (0 = never).",
     ),
     Setting("plugins.ternmq_acl", "bool", "off", "Check topics against an ACL file."),
+    # -- webhooks (VerneMQ's vmq_webhooks) ----------------------------------------------
+    Setting(
+        "webhooks.*.hook",
+        "enum",
+        "",
+        "A webhook: the hook it serves (auth_on_register, auth_on_publish, "
+        "auth_on_subscribe, or their _m5 forms for MQTT 5 clients).",
+        choices=AUTH_HOOKS,
+    ),
+    Setting("webhooks.*.endpoint", "str", "", "The webhook's URL (POST, JSON)."),
+    Setting(
+        "webhooks.*.base64_payload",
+        "bool",
+        "on",
+        "Publish payloads go to the webhook base64-encoded (VerneMQ's default), and a "
+        "payload modifier comes back so.",
+    ),
+    Setting(
+        "webhooks.timeout",
+        "duration",
+        "5s",
+        "A webhook that has not answered by then refuses (0x87, or 3.1.1's not "
+        "authorised) and is logged as webhook.failed.",
+    ),
+    Setting(
+        "webhooks.pool_max_connections",
+        "int",
+        "100",
+        "HTTP connections open to the webhook endpoints at most, per listener process.",
+        minimum=1,
+    ),
+    Setting(
+        "webhooks.pool_timeout",
+        "duration",
+        "60s",
+        "An idle connection to an endpoint is closed after this.",
+    ),
     Setting(
         "ternmq_acl.acl_reload_interval",
         "duration",

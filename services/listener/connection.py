@@ -42,6 +42,8 @@ from services.listener.session.auth import Authorizer
 from services.listener.session.core import Session, SessionState
 from services.listener.session.limits import SessionLimits
 from services.listener.session.messages import OutboundMessage
+from services.listener.webhooks.client import Webhooks
+from services.listener.webhooks.gate import ConnectionHooks
 
 _BUDGET: Final = 200  # packets handled per connection per event-loop turn
 LINGER: Final = 2.0  # s: at most this long a closing connection's input is read and dropped
@@ -56,6 +58,7 @@ class Connection(ActionExecutor):
         "_backlog_error",
         "_held",
         "_held_error",
+        "_hooks",
         "_linger",
         "_max_pending",
         "_peer",
@@ -81,6 +84,7 @@ class Connection(ActionExecutor):
         max_pending: int = 4 * 1024 * 1024,
         peer: str = "",
         identity: str | None = None,
+        webhooks: Webhooks | None = None,
     ) -> None:
         super().__init__(broker, listener, metrics)
         self.gate = gate
@@ -96,6 +100,11 @@ class Connection(ActionExecutor):
         # the password check runs off the loop (preauth) only when it may be slow
         self._preauth = ConnectionAuth(authorizer) if slow_auth else None
         self.authorizer: Authorizer = self._preauth or authorizer
+        # Webhooks first (VerneMQ's vmq_webhooks), the rules above on "next".
+        self._hooks: ConnectionHooks | None = None
+        if webhooks is not None and webhooks.by_hook:
+            self._hooks = ConnectionHooks(webhooks, self.authorizer)
+            self.authorizer = self._hooks
         self._held: list[Packet] | None = None  # packets waiting for the password check
         self._held_error: MQTTError | None = None
         self.decoder = Decoder(limits.max_packet_size)
@@ -229,14 +238,20 @@ class Connection(ActionExecutor):
         session = self.session
         assert session is not None
         preauth = self._preauth
+        hooks = self._hooks
         for i, pkt in enumerate(packets):
             if self.identity is not None and isinstance(pkt, Connect):
                 pkt.username = self.identity  # use_identity_as_username
+            if hooks is not None and hooks.wants(pkt, session.protocol_version):
+                self._held = packets[i:]
+                self._ask_hook(pkt)
+                return True
             if (
                 preauth is not None
                 and isinstance(pkt, Connect)
                 and pkt.username is not None
                 and preauth.answer is None
+                and (hooks is None or hooks.connect is None)
             ):
                 self._held = packets[i:]
                 self._check_password(pkt)
@@ -266,6 +281,27 @@ class Connection(ActionExecutor):
         self._preauth.answer = fut.result()
         self._release_held()
 
+    # -- webhooks --------------------------------------------------------------------------
+    def _ask_hook(self, pkt: Packet) -> None:
+        """Hold ``pkt`` and what follows while its webhook is asked (on the loop)."""
+        assert self.transport is not None and self._hooks is not None
+        assert self.session is not None
+        self.transport.pause_reading()
+        task = self._loop.create_task(self._hooks.decide(pkt, self.session, self.peer))
+        task.add_done_callback(self._hook_decided)
+
+    def _hook_decided(self, task: asyncio.Task[Packet]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:  # a bug, not an endpoint's failure (those are decisions)
+            log.emit("internal.error", "error", op="webhook", reason=repr(exc))
+            self._close(Close("internal error"))
+            return
+        if self._held:
+            self._held[0] = task.result()  # as the answer's modifiers rewrote it
+        self._release_held()
+
     # -- a resumed session's QoS 2 state -------------------------------------------------
     def registered(
         self, ok: bool, epoch: int, session_present: bool, persistent: bool, reason_code: int
@@ -288,6 +324,8 @@ class Connection(ActionExecutor):
     def _release_held(self) -> None:
         """Handle the input held back (by the password check, or until a resumed
         session's state was restored), and read again."""
+        if self._hooks is not None and self._hooks.asking:
+            return  # the webhook's answer releases them
         held, self._held = self._held or [], None
         if self.closed or self.session is None:
             return

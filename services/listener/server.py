@@ -54,6 +54,7 @@ from services.listener.metrics import ListenerMetrics
 from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
 from services.listener.tls import TlsServer, build_context
+from services.listener.webhooks.client import Webhooks
 from services.listener.websocket import PATH, WsProtocol
 from services.pb import (
     common_pb2_grpc,
@@ -294,6 +295,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
 
     servers = []
     slow_auth = settings.passwd_enabled
+    hooks = Webhooks.from_config(config)
     for lst in tcp_listeners(config):
         limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
 
@@ -305,7 +307,15 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
             gate: ConnectionGate | None = gate,
         ) -> Connection:
             return Connection(
-                broker, lst, limits, authorizer, lm, slow_auth, gate, settings.max_pending_bytes
+                broker,
+                lst,
+                limits,
+                authorizer,
+                lm,
+                slow_auth,
+                gate,
+                settings.max_pending_bytes,
+                webhooks=hooks,
             )
 
         reuse_port = settings.reuse_port or settings.processes > 1
@@ -336,6 +346,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
                 settings.max_pending_bytes,
                 peer,
                 identity,
+                hooks,
             )
 
         make: Callable[[str, str | None], Any] = mqtt
@@ -398,6 +409,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     for tls_server in tls_servers:
         await tls_server.close()
     await broker.shutdown()
+    await hooks.close()
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(store.flush(), 5)
     for task in tasks:

@@ -7,7 +7,7 @@ that does not answer shows up as not ready, it does not hang the endpoint.
 
 Admin API (JSON, used by ``ternmq-admin``):
 ``GET /api/v1/cluster/show``, ``/api/v1/session/show[?client_id=]``,
-``/api/v1/retain/show[?topic=&payload=1]``, ``/api/v1/listener/show``,
+``/api/v1/retain/show[?topic=&payload=1]``, ``/api/v1/listener/show``, ``/api/v1/webhooks/show``,
 ``/api/v1/metrics/show``, ``/api/v1/show?key=K&key=…``, ``/api/v1/plugin/show``.
 """
 
@@ -31,6 +31,7 @@ from services.common.supervisor import ChildStatus
 from services.listener.config import ssl_listeners, tcp_listeners, ws_listeners
 from services.listener.processes import admin_address, child_name
 from services.listener.routing.topics import topic_matches
+from services.listener.webhooks.client import endpoints
 from services.pb import (
     common_pb2,
     common_pb2_grpc,
@@ -191,6 +192,7 @@ class HttpApi:
             "/api/v1/session/show": self.session_show,
             "/api/v1/retain/show": self.retain_show,
             "/api/v1/listener/show": self.listener_show,
+            "/api/v1/webhooks/show": self.webhooks_show,
             "/api/v1/metrics/show": self.metrics_show,
             "/api/v1/show": self.show,
             "/api/v1/plugin/show": self.plugin_show,
@@ -342,6 +344,12 @@ class HttpApi:
                 "protocols": ",".join(str(v) for v in sorted(lst.allowed_versions)),
             }
             for lst in listeners
+        ]
+
+    def webhooks_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        return HTTPStatus.OK, [
+            {"hook": e.hook, "endpoint": e.url, "name": e.name, "base64_payload": e.base64_payload}
+            for e in endpoints(self.config)
         ]
 
     def show(self, q: dict[str, list[str]]) -> tuple[int, Any]:

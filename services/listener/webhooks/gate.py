@@ -1,0 +1,170 @@
+"""One connection's auth hooks: which packets wait for a webhook, what the answer does to
+them, and the authorizer the session then consults (webhooks first, ternmq's own rules on
+``next``).
+
+The connection holds a CONNECT, PUBLISH or SUBSCRIBE that a configured hook covers, and
+everything after it (:meth:`ConnectionHooks.wants`), while :meth:`ConnectionHooks.decide`
+asks. The answer is kept for that packet: the session's synchronous ``authenticate``,
+``authorize_publish`` and ``authorize_subscribe`` calls find it. Modifiers rewrite the
+packet before the session sees it: a publish's topic, payload and retain flag, a
+subscription's filters and QoS (128 or 135 refuses one filter). A hook that fails
+(timeout, HTTP error) refuses, and ``webhook.failed`` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from services.listener.mqtt.codes import ReasonCode
+from services.listener.mqtt.types import Connect, Packet, Publish, Subscribe
+from services.listener.session.auth import Authorizer
+from services.listener.webhooks.client import Webhooks
+from services.listener.webhooks.spec import (
+    REFUSED_QOS,
+    Decision,
+    hook_name,
+    payload_modifier,
+    publish_body,
+    register_body,
+    subscribe_body,
+    subscribe_modifier,
+)
+
+
+class ConnectionHooks:
+    """The authorizer of one connection when webhooks are configured."""
+
+    def __init__(self, webhooks: Webhooks, inner: Authorizer) -> None:
+        self.webhooks = webhooks
+        self.inner = inner
+        self.decided: Packet | None = None  # the packet the decisions below are for
+        self.asking = False  # a hook call is on its way
+        self.connect: bool | None = None  # auth_on_register: None = ternmq decides
+        self.publish: tuple[str, bool] | None = None  # (topic, allowed)
+        self.subscribe: dict[str, bool] = {}  # filter -> allowed (absent: ternmq decides)
+
+    def wants(self, pkt: Packet, proto_ver: int) -> bool:
+        """Whether ``pkt`` waits for a webhook before the session handles it."""
+        if pkt is self.decided:
+            return False
+        if isinstance(pkt, Connect):
+            return self.webhooks.has(hook_name("auth_on_register", pkt.protocol_version))
+        if isinstance(pkt, Publish):
+            return self.webhooks.has(hook_name("auth_on_publish", proto_ver))
+        if isinstance(pkt, Subscribe):
+            return self.webhooks.has(hook_name("auth_on_subscribe", proto_ver))
+        return False
+
+    async def decide(self, pkt: Packet, session: Any, peer: str) -> Packet:
+        """Ask the hook for ``pkt``; the packet the session is to handle (rewritten by
+        the answer's modifiers), whose decision is kept here."""
+        self.asking = True
+        try:
+            out = await self._decide(pkt, session, peer)
+        finally:
+            self.asking = False
+        self.decided = out
+        return out
+
+    async def _decide(self, pkt: Packet, s: Any, peer: str) -> Packet:
+        hooks = self.webhooks
+        if isinstance(pkt, Connect):
+            hook = hook_name("auth_on_register", pkt.protocol_version)
+            body = register_body(
+                pkt.protocol_version,
+                peer,
+                s.mountpoint,
+                pkt.client_id,
+                pkt.username,
+                pkt.password,
+                pkt.clean_start,
+            )
+            d = await hooks.ask(hook, body)
+            self.connect = None if d.result == "next" else d.result == "ok"
+            return pkt
+        version = s.protocol_version
+        if isinstance(pkt, Publish):
+            hook = hook_name("auth_on_publish", version)
+            b64 = hooks.base64_payload(hook)
+            topic = self._topic(pkt, s)
+            body = publish_body(
+                version, s.mountpoint, s.client_id, s.username, topic, pkt.qos, pkt.payload,
+                pkt.retain, b64,
+            )  # fmt: skip
+            d = await hooks.ask(hook, body)
+            if d.result == "ok":
+                self._rewrite_publish(pkt, d, b64)
+                topic = self._topic(pkt, s)
+            self.publish = None if d.result == "next" else (topic, d.result == "ok")
+            return pkt
+        assert isinstance(pkt, Subscribe)
+        hook = hook_name("auth_on_subscribe", version)
+        asked = [(sub.topic_filter, sub.qos) for sub in pkt.subscriptions]
+        body = subscribe_body(version, s.mountpoint, s.client_id, s.username, asked)
+        d = await hooks.ask(hook, body)
+        self.subscribe = {}
+        if d.result == "next":
+            return pkt
+        if d.result != "ok":
+            self.subscribe = {f: False for f, _ in asked}
+            return pkt
+        rewrite = d.modifiers.get("topics")
+        if rewrite is None:
+            self.subscribe = {f: True for f, _ in asked}
+            return pkt
+        topics = subscribe_modifier(rewrite, len(asked))
+        if isinstance(topics, str):
+            self.subscribe = {f: False for f, _ in asked}  # an answer that cannot be applied
+            hooks.invalid(hook, topics)
+            return pkt
+        new = []
+        for (f, qos), sub in zip(topics, pkt.subscriptions, strict=True):
+            refused = qos in REFUSED_QOS
+            self.subscribe[f] = not refused and self.subscribe.get(f, True)
+            new.append(replace(sub, topic_filter=f, qos=sub.qos if refused else qos))
+        return replace(pkt, subscriptions=tuple(new))
+
+    @staticmethod
+    def _topic(pkt: Publish, s: Any) -> str:
+        """The publish's topic, through its v5 Topic Alias (the aliases of the packets
+        before it, which the session has handled: every later one waits)."""
+        alias = pkt.properties.topic_alias if s.protocol_version == 5 else None
+        if pkt.topic or alias is None or s.inbound is None:
+            return pkt.topic
+        return str(s.inbound.aliases.get(alias, ""))
+
+    @staticmethod
+    def _rewrite_publish(pkt: Publish, d: Decision, b64: bool) -> None:
+        mods = d.modifiers
+        if isinstance(mods.get("topic"), str):
+            pkt.topic = mods["topic"]
+        if "payload" in mods:
+            pkt.payload = payload_modifier(mods["payload"], b64)
+        if isinstance(mods.get("retain"), bool):
+            pkt.retain = mods["retain"]
+
+    # -- the session's authorizer --------------------------------------------------------
+    def authenticate(
+        self, client_id: str, username: str | None, password: bytes | None, peer: str
+    ) -> int:
+        if self.connect is None:
+            return self.inner.authenticate(client_id, username, password, peer)
+        return 0 if self.connect else int(ReasonCode.NOT_AUTHORIZED)
+
+    def authorize_publish(
+        self, client_id: str, username: str | None, mountpoint: str, topic: str
+    ) -> bool:
+        decided = self.publish
+        if decided is not None and decided[0] == topic:
+            self.publish = None
+            return decided[1]
+        return self.inner.authorize_publish(client_id, username, mountpoint, topic)
+
+    def authorize_subscribe(
+        self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
+    ) -> bool:
+        allowed = self.subscribe.pop(topic_filter, None)
+        if allowed is not None:
+            return allowed
+        return self.inner.authorize_subscribe(client_id, username, mountpoint, topic_filter)
