@@ -7,10 +7,14 @@ A line is *corrupt* when it is not JSON, has a value of the wrong type, or lacks
 parseable ``ts`` or an ``event``; corrupt lines are counted and dropped.
 
 Ordering: ``ts`` (µs) decides; ties are broken by the line's position in its file
-chain. ``_lk`` is that total order as one struct (ts, file chain, rotation with the
-oldest first, split offset, row id): rotated files are older than the live one and
-``.2`` older than ``.1``; within one file, Spark's split start offset orders splits and
-``monotonically_increasing_id`` grows with the line inside a split.
+chain. ``_lk`` is that total order as one struct of fixed-width fields (ts, file rank,
+split offset, row id). The file rank is the file's place when files are sorted by chain
+(the live file's path), then rotation, oldest first: rotated files are older than the
+live one and ``.2`` older than ``.1``. It is computed on the driver from the file list,
+so the struct holds no string: every sort, window and shuffle that carries ``_lk``
+moves and compares four numbers instead of two paths. Within one file, Spark's split
+start offset orders splits and ``monotonically_increasing_id`` grows with the line
+inside a split.
 """
 
 from __future__ import annotations
@@ -53,13 +57,34 @@ def find_log_files(root: Path) -> list[Path]:
     return [item[3] for item in found]
 
 
-def _file_chain(path: Column) -> Column:
-    return F.regexp_replace(path, _ROT_SUFFIX, ".jsonl")
+def file_ranks(paths: Sequence[str]) -> dict[str, int]:
+    """Each path's rank in log order: by chain (the path with ``.N`` dropped), oldest first.
+
+    Ranks follow the order of the strings Spark would compare (its ``_metadata.file_path``),
+    so ``(ts, rank)`` sorts lines exactly as ``(ts, chain, -rotation)`` did.
+    """
+
+    def key(path: str) -> tuple[str, int]:
+        m = re.search(_ROT_SUFFIX, path)
+        rot = int(m.group(1)) if m else 0
+        return re.sub(_ROT_SUFFIX, ".jsonl", path), -rot
+
+    return {p: i for i, p in enumerate(sorted(set(paths), key=key))}
 
 
-def _rotation(path: Column) -> Column:
-    digits = F.regexp_extract(path, _ROT_SUFFIX, 1)
-    return F.when(digits == "", F.lit(0)).otherwise(digits.cast("int"))
+def scan_path(uri: str) -> str:
+    """A path as ``DataFrame.inputFiles()`` gives it, spelt as ``_metadata.file_path`` does.
+
+    The two differ only for local files: ``file:///x`` there, ``file:/x`` here.
+    """
+    return "file:/" + uri.removeprefix("file:///") if uri.startswith("file:///") else uri
+
+
+def _file_rank(path: Column, ranks: Mapping[str, int]) -> Column:
+    """``ranks[path]``; a path missing from it fails the job rather than mis-ordering."""
+    pairs = [F.lit(x) for p, r in sorted(ranks.items()) for x in (p, r)]
+    found = F.create_map(*pairs)[path]
+    return F.coalesce(found, F.raise_error(F.concat(F.lit("no rank for log file "), path)))
 
 
 def read_raw(
@@ -78,27 +103,32 @@ def read_raw(
         .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
         .json([str(f) for f in files])
     )
-    path = F.col("_metadata.file_path")
+    # inputFiles() lists the paths as the scan names them in _metadata.file_path.
+    ranks = file_ranks([scan_path(p) for p in df.inputFiles()])
     # monotonically_increasing_id must be taken straight off the scan, before any shuffle.
     keep = set(df.columns if columns is None else columns) | {"ts", "event", CORRUPT_COLUMN}
     df = df.select(
         *[F.col(c) for c in df.columns if c != "ts" and c in keep],
         F.try_to_timestamp(F.col("ts")).alias("ts"),
-        path.alias("_file"),
+        _file_rank(F.col("_metadata.file_path"), ranks).alias("_rank"),
         F.col("_metadata.file_block_start").alias("_block"),
         F.monotonically_increasing_id().alias("_row"),
     )
     corrupt = F.col(CORRUPT_COLUMN).isNotNull() | F.col("ts").isNull() | F.col("event").isNull()
     return df.select(
-        *[F.col(c) for c in df.columns if c not in {"_block", "_row", CORRUPT_COLUMN}],
+        *[F.col(c) for c in df.columns if c not in {"_rank", "_block", "_row", CORRUPT_COLUMN}],
         corrupt.alias("_corrupt"),
-        F.struct(
-            F.col("ts").alias("ts"),
-            _file_chain(F.col("_file")).alias("chain"),
-            (-_rotation(F.col("_file"))).alias("rot"),
-            F.col("_block").alias("block"),
-            F.col("_row").alias("row"),
-        ).alias("_lk"),
+        line_key(F.col("ts"), F.col("_rank"), F.col("_block"), F.col("_row")).alias("_lk"),
+    )
+
+
+def line_key(ts: Column, rank: Column, block: Column, row: Column) -> Column:
+    """The ``_lk`` struct: (ts, file rank, split offset, row id), all fixed-width."""
+    return F.struct(
+        ts.alias("ts"),
+        rank.cast("int").alias("file"),
+        block.cast("long").alias("block"),
+        row.cast("long").alias("row"),
     )
 
 
@@ -131,14 +161,7 @@ def events_from_records(spark: SparkSession, records: Sequence[Mapping[str, obje
     return df.select(
         *[F.col(f.name) for f in fields],
         F.col("ts"),
-        F.lit("inline").alias("_file"),
-        F.struct(
-            F.col("ts").alias("ts"),
-            F.lit("inline").alias("chain"),
-            F.lit(0).alias("rot"),
-            F.lit(0).cast("long").alias("block"),
-            F.col("_row").alias("row"),
-        ).alias("_lk"),
+        line_key(F.col("ts"), F.lit(0), F.lit(0), F.col("_row")).alias("_lk"),
     )
 
 
