@@ -145,12 +145,17 @@ def expected_from_filters(audited: DataFrame, expectations: DataFrame) -> DataFr
 def expected_pairs(
     audited: DataFrame, pairs: DataFrame, expectations: DataFrame | None
 ) -> DataFrame:
-    """Filters for the subscribers they name, the deliveries rule for everyone else."""
-    derived = expected_from_deliveries(audited, pairs)
+    """Filters for the subscribers they name, the deliveries rule for everyone else.
+
+    The listed subscribers' pairs are dropped before the deliveries rule runs, not after:
+    every pair it derives has a subscriber of ``pairs``, so the result is the same, and
+    when the expect file lists every subscriber (the usual case) the rule joins nothing.
+    """
     if expectations is None:
-        return derived
+        return expected_from_deliveries(audited, pairs)
     listed = expectations.select("subscriber").distinct()
-    derived = derived.join(F.broadcast(listed), "subscriber", "left_anti").select(*PAIR)
+    unlisted = pairs.join(F.broadcast(listed), "subscriber", "left_anti")
+    derived = expected_from_deliveries(audited, unlisted).select(*PAIR)
     return derived.unionByName(expected_from_filters(audited, expectations)).distinct()
 
 
