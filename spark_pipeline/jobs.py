@@ -9,10 +9,12 @@ from the audit table just written rather than recomputing the audit.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -21,12 +23,15 @@ from spark_pipeline import DEFAULT_MASTER, extract
 from spark_pipeline.expect import Expectation, load_expectations
 from spark_pipeline.schemas import used_columns
 from spark_pipeline.session import build_spark
-from spark_pipeline.tables import TABLES
+from spark_pipeline.tables import TABLES, TableSpec
 from spark_pipeline.transforms import audit, flow, ops
 from spark_pipeline.transforms.sessions import sessions
 
 Progress = Callable[[str], None]
 Builders = dict[str, Callable[[], DataFrame]]
+# Tables whose jobs take longest; started first so that the small ones fill idle cores.
+HEAVY: Final = frozenset({"delivery_audit", "sessions"})
+WRITERS: Final = 2
 
 
 def expectations_frame(spark: SparkSession, expectations: Sequence[Expectation]) -> DataFrame:
@@ -79,6 +84,33 @@ def write_table(df: DataFrame, path: Path, partition_by: Sequence[str]) -> None:
     df.coalesce(1).write.mode("overwrite").parquet(str(path))
 
 
+def write_tables(
+    builders: Builders, specs: Sequence[TableSpec], out: Path, say: Progress, writers: int
+) -> None:
+    """Write ``specs`` with up to ``writers`` Spark jobs at once, the costliest first.
+
+    Many stages of these jobs have fewer tasks than there are cores (a window over one
+    partition, the write of a table with one date), so one job at a time leaves cores
+    idle; jobs started from several threads fill them. The tables do not depend on each
+    other, and each is written to its own directory.
+    """
+    order = sorted(specs, key=lambda t: t.name not in HEAVY)
+    done = 0
+    lock = threading.Lock()
+
+    def one(spec: TableSpec) -> None:
+        nonlocal done
+        t0 = time.monotonic()
+        write_table(builders[spec.name](), out / spec.name, spec.partition_by)
+        with lock:
+            done += 1
+            say(f"[{done}/{len(specs)}] {spec.name} written in {time.monotonic() - t0:.1f} s")
+
+    with ThreadPoolExecutor(max_workers=max(1, writers)) as pool:
+        for future in [pool.submit(one, spec) for spec in order]:
+            future.result()
+
+
 def _resolve_expect(
     expect: Path | str | Sequence[Expectation] | None,
 ) -> list[Expectation] | None:
@@ -103,12 +135,14 @@ def run_etl(
     expect: Path | str | Sequence[Expectation] | None = None,
     master: str = DEFAULT_MASTER,
     progress: Progress | None = None,
+    writers: int = WRITERS,
 ) -> dict[str, Any]:
     """Run the whole ETL; return the audit summary plus the ingest counts as a dict.
 
     ``spark`` is used as given (and left running; its session time zone is set to UTC,
     which every minute bucket assumes); without it a session for ``master`` is built
-    and stopped at the end. ``expect`` is an expect file or parsed entries.
+    and stopped at the end. ``expect`` is an expect file or parsed entries. ``writers``
+    tables are written at once (see ``write_tables``).
     """
     say = progress or (lambda _msg: None)
     started = time.monotonic()
@@ -136,10 +170,7 @@ def run_etl(
         exp_df = None if expectations is None else expectations_frame(session, expectations)
         builders = table_builders(events, exp_df, _keep)
         specs = [t for t in TABLES if t.name in builders]
-        for i, spec in enumerate(specs, 1):
-            t0 = time.monotonic()
-            write_table(builders[spec.name](), out / spec.name, spec.partition_by)
-            say(f"[{i}/{len(specs)}] {spec.name} written in {time.monotonic() - t0:.1f} s")
+        write_tables(builders, specs, out, say, writers)
         summary_df = audit.audit_summary(session.read.parquet(str(out / "delivery_audit")))
         write_table(summary_df, out / "audit_summary", ())
         row = _one_row(session, out / "audit_summary")
