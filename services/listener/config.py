@@ -17,7 +17,7 @@ from services.common.config import Config
 from services.common.settings import Setting
 from services.common.typed_settings import setting
 from services.listener.processes import MAX_PROCESSES
-from services.listener.webhooks.spec import AUTH_HOOKS
+from services.listener.webhooks.spec import AUTH_HOOKS, NOTIFY_HOOKS
 
 UNLIMITED = 0
 TLS_VERSIONS_CHOICES = ("tlsv1.2", "tlsv1.3")
@@ -230,9 +230,11 @@ SETTINGS: list[Setting] = [
         "webhooks.*.hook",
         "enum",
         "",
-        "A webhook: the hook it serves (auth_on_register, auth_on_publish, "
-        "auth_on_subscribe, or their _m5 forms for MQTT 5 clients).",
-        choices=AUTH_HOOKS,
+        "A webhook: the hook it serves. Auth hooks (auth_on_register, auth_on_publish, "
+        "auth_on_subscribe) decide; notification hooks (on_register, on_client_wakeup, "
+        "on_publish, on_subscribe, on_unsubscribe, on_client_offline, on_client_gone) are "
+        "told. _m5 forms serve MQTT 5 clients.",
+        choices=(*AUTH_HOOKS, *NOTIFY_HOOKS),
     ),
     Setting("webhooks.*.endpoint", "str", "", "The webhook's URL (POST, JSON)."),
     Setting(

@@ -44,6 +44,7 @@ from services.listener.session.limits import SessionLimits
 from services.listener.session.messages import OutboundMessage
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.gate import ConnectionHooks
+from services.listener.webhooks.notify import Notifier
 
 _BUDGET: Final = 200  # packets handled per connection per event-loop turn
 LINGER: Final = 2.0  # s: at most this long a closing connection's input is read and dropped
@@ -85,6 +86,7 @@ class Connection(ActionExecutor):
         peer: str = "",
         identity: str | None = None,
         webhooks: Webhooks | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         super().__init__(broker, listener, metrics)
         self.gate = gate
@@ -102,9 +104,11 @@ class Connection(ActionExecutor):
         self.authorizer: Authorizer = self._preauth or authorizer
         # Webhooks first (VerneMQ's vmq_webhooks), the rules above on "next".
         self._hooks: ConnectionHooks | None = None
-        if webhooks is not None and webhooks.by_hook:
+        if webhooks is not None and webhooks.auth_hooks():
             self._hooks = ConnectionHooks(webhooks, self.authorizer)
             self.authorizer = self._hooks
+        if notifier is not None and notifier.webhooks.notify_hooks():
+            self.notifier = notifier
         self._held: list[Packet] | None = None  # packets waiting for the password check
         self._held_error: MQTTError | None = None
         self.decoder = Decoder(limits.max_packet_size)

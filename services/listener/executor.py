@@ -54,6 +54,7 @@ from services.listener.session.actions import (
 from services.listener.session.core import Session, SessionState
 from services.listener.session.messages import OutboundMessage
 from services.listener.session.timers import Timer
+from services.listener.webhooks.notify import Notifier
 
 # The per-message events, compiled once (fields in catalogue order, see log.emitter).
 _log_published: Final = log.emitter("message.published")
@@ -84,6 +85,7 @@ class ActionExecutor:
         "epoch",
         "listener",
         "metrics",
+        "notifier",
         "peer",
         "persistent",
         "resuming",
@@ -118,6 +120,7 @@ class ActionExecutor:
         self._connected_at = time.time()
         self._loop = asyncio.get_running_loop()
         self._ended = False
+        self.notifier: Notifier | None = None  # the notification webhooks, if any
 
     # -- called by the broker ----------------------------------------------------------
     def backlog(self) -> int:
@@ -152,6 +155,15 @@ class ActionExecutor:
         )
         if ok and self.sid is not None:
             s = self.session
+            if self.notifier is not None:
+                self.notifier.registered(
+                    s.protocol_version,
+                    self.peer,
+                    self.sid[0],
+                    self.sid[1],
+                    s.username,
+                    session_present,
+                )
             _log_connected(
                 client_id=self.sid[1],
                 mountpoint=self.sid[0],
@@ -341,13 +353,36 @@ class ActionExecutor:
                 len(msg.payload),
                 msg.mountpoint,
             )
+        if self.notifier is not None and self.session is not None:
+            s = self.session
+            self.notifier.published(
+                s.protocol_version,
+                msg.mountpoint,
+                msg.publisher,
+                s.username,
+                msg.topic,
+                msg.qos,
+                msg.payload,
+                msg.retain,
+            )
         self.broker.route(msg, self, action.token)
 
     def _subscribe(self, action: SubscribeRequest) -> None:
         self.broker.subscribe(self, action)
+        if self.notifier is not None and self.session is not None and self.sid is not None:
+            s = self.session
+            topics = [(sub.topic_filter, sub.qos) for sub in action.subscriptions]
+            self.notifier.subscribed(
+                s.protocol_version, self.sid[0], self.sid[1], s.username, topics
+            )
 
     def _unsubscribe(self, action: UnsubscribeRequest) -> None:
         self.broker.unsubscribe(self, action)
+        if self.notifier is not None and self.session is not None and self.sid is not None:
+            s = self.session
+            self.notifier.unsubscribed(
+                s.protocol_version, self.sid[0], self.sid[1], s.username, list(action.topic_filters)
+            )
 
     def _acked(self, action: Acked) -> None:
         out = action.delivery
@@ -406,6 +441,9 @@ class ActionExecutor:
             return
         self._ended = True
         self.broker.ended(self, action)
+        if self.notifier is not None and self.sid is not None and not action.taken_over:
+            kept = self.persistent and action.session_expiry != 0
+            self.notifier.ended(self.sid[0], self.sid[1], kept)
 
     def _log_event(self, action: LogEvent) -> None:
         if action.event == "protocol.error":

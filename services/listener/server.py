@@ -55,6 +55,7 @@ from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
 from services.listener.tls import TlsServer, build_context
 from services.listener.webhooks.client import Webhooks
+from services.listener.webhooks.notify import Notifier
 from services.listener.websocket import PATH, WsProtocol
 from services.pb import (
     common_pb2_grpc,
@@ -296,6 +297,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     servers = []
     slow_auth = settings.passwd_enabled
     hooks = Webhooks.from_config(config)
+    notifier = Notifier(hooks)
     for lst in tcp_listeners(config):
         limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
 
@@ -316,6 +318,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
                 gate,
                 settings.max_pending_bytes,
                 webhooks=hooks,
+                notifier=notifier,
             )
 
         reuse_port = settings.reuse_port or settings.processes > 1
@@ -347,6 +350,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
                 peer,
                 identity,
                 hooks,
+                notifier,
             )
 
         make: Callable[[str, str | None], Any] = mqtt

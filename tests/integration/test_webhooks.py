@@ -27,6 +27,18 @@ HOOKS = [
     "auth_on_subscribe",
     "auth_on_subscribe_m5",
 ]
+NOTIFY = [
+    "on_register",
+    "on_register_m5",
+    "on_client_wakeup",
+    "on_publish",
+    "on_publish_m5",
+    "on_subscribe",
+    "on_subscribe_m5",
+    "on_unsubscribe",
+    "on_client_offline",
+    "on_client_gone",
+]
 
 
 class HookService:
@@ -62,6 +74,8 @@ class HookService:
 
     def answer(self, hook: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         ok: dict[str, Any] = {"result": "ok"}
+        if hook.startswith("on_"):
+            return {}, {}
         if hook.startswith("auth_on_register"):
             user = body.get("username")
             if user == "slow":
@@ -112,7 +126,7 @@ def service() -> Iterator[HookService]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, service: HookService) -> Iterator[Node]:
     settings = {"webhooks.timeout": "1s"}
-    for hook in HOOKS:
+    for hook in HOOKS + NOTIFY:
         settings[f"webhooks.{hook}.hook"] = hook
         settings[f"webhooks.{hook}.endpoint"] = f"http://127.0.0.1:{service.port}/hooks"
     n = make_node(tmp_path_factory.mktemp("webhooks"), **settings)
@@ -221,4 +235,38 @@ def test_webhooks_show_lists_them(node: Node, service: HookService) -> None:
     assert isinstance(rows, list)
     got = {(r["hook"], r["endpoint"]) for r in rows}
     url = f"http://127.0.0.1:{service.port}/hooks"
-    assert got == {(hook, url) for hook in HOOKS}
+    assert got == {(hook, url) for hook in HOOKS + NOTIFY}
+
+
+def test_notifications_tell_the_sessions_life(node: Node, service: HookService) -> None:
+    c = Client("wh-life", node.mqtt_port, 4, clean=False, username="who", password="x")
+    c.connect()
+    c.subscribe("life/#", qos=1)
+    c.publish("life/a", b"hello", qos=1, tag=1)
+    c.take(1)
+    c.paho.unsubscribe("life/#")
+    wait_for(
+        lambda: service.count("on_unsubscribe", client_id="wh-life"), 10, what="on_unsubscribe"
+    )
+    c.disconnect()
+    wait_for(lambda: service.count("on_client_offline", client_id="wh-life"), 10, what="offline")
+    again = Client("wh-life", node.mqtt_port, 4, clean=False, username="who", password="x")
+    again.connect().disconnect()
+    wait_for(lambda: service.count("on_client_wakeup", client_id="wh-life"), 10, what="wakeup")
+    gone = Client("wh-gone", node.mqtt_port, 5).connect()
+    gone.disconnect()
+    wait_for(lambda: service.count("on_client_gone", client_id="wh-gone"), 10, what="gone")
+    assert (
+        service.count("on_register", client_id="wh-life", username="who", peer_addr="127.0.0.1")
+        == 2
+    )
+    assert service.count("on_register_m5", client_id="wh-gone") == 1
+    payload = base64.b64encode(b"hello").decode()
+    assert service.count("on_publish", client_id="wh-life", topic="life/a", payload=payload) == 1
+    with service.lock:
+        subs = [b for h, b in service.calls if h == "on_subscribe" and b["client_id"] == "wh-life"]
+        unsubs = [
+            b for h, b in service.calls if h == "on_unsubscribe" and b["client_id"] == "wh-life"
+        ]
+    assert subs[0]["topics"] == [{"topic": "life/#", "qos": 1}]
+    assert unsubs[0]["topics"] == ["life/#"]

@@ -75,6 +75,12 @@ class Webhooks:
     def has(self, hook: str) -> bool:
         return hook in self.by_hook
 
+    def auth_hooks(self) -> bool:
+        return any(h in self.by_hook for h in AUTH_HOOKS)
+
+    def notify_hooks(self) -> bool:
+        return any(h not in AUTH_HOOKS for h in self.by_hook)
+
     def base64_payload(self, hook: str) -> bool:
         eps = self.by_hook.get(hook)
         return eps[0].base64_payload if eps else True
@@ -134,6 +140,24 @@ class Webhooks:
         if decision.result == "error" and decision.reason.startswith(("HTTP ", "the answer")):
             self._failed(ep, decision.reason)  # the endpoint misbehaved; a refusal is not that
         return decision
+
+    async def notify(self, hook: str, body: dict[str, Any]) -> None:
+        """Tell every endpoint of ``hook``; their answers change nothing, their failures
+        are logged."""
+        for ep in self.by_hook.get(hook, ()):
+            self.calls += 1
+            try:
+                async with self._http().post(
+                    ep.url, json=body, headers={"vernemq-hook": hook}
+                ) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        self._failed(ep, f"HTTP {resp.status}")
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                why = (
+                    "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+                )
+                self._failed(ep, why)
 
     def invalid(self, hook: str, reason: str) -> None:
         """An ``ok`` whose modifiers cannot be applied: refused, and logged as a failure."""

@@ -32,6 +32,20 @@ AUTH_HOOKS = (
     "auth_on_subscribe",
     "auth_on_subscribe_m5",
 )
+
+NOTIFY_HOOKS = (
+    "on_register",
+    "on_register_m5",
+    "on_client_wakeup",
+    "on_publish",
+    "on_publish_m5",
+    "on_subscribe",
+    "on_subscribe_m5",
+    "on_unsubscribe",
+    "on_unsubscribe_m5",
+    "on_client_offline",
+    "on_client_gone",
+)
 REFUSED_QOS = (128, 135)  # a subscription's qos that refuses it (3.1.1's and 5.0's)
 _MAX_AGE = re.compile(r"max-age\s*=\s*(\d+)")
 

@@ -1,0 +1,131 @@
+"""VerneMQ's notification webhooks: ``on_register``, ``on_client_wakeup``,
+``on_publish``, ``on_subscribe``, ``on_unsubscribe``, ``on_client_offline`` and
+``on_client_gone`` (and the ``_m5`` forms of the first four, for MQTT 5 clients).
+
+They tell the user's service what happened; their answers change nothing (an
+``on_unsubscribe`` rewrite is not applied). Each call is a task of its own: the client
+never waits for it. At most :data:`MAX_PENDING` calls are under way per listener process;
+past that a notification is dropped and counted rather than queued without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from services.common import log
+from services.listener.webhooks.client import Webhooks
+from services.listener.webhooks.spec import hook_name, publish_body
+
+MAX_PENDING = 10_000
+
+
+class Notifier:
+    """Sends one listener process's notifications; shared by its connections."""
+
+    def __init__(self, webhooks: Webhooks) -> None:
+        self.webhooks = webhooks
+        self.pending: set[asyncio.Task[None]] = set()
+        self.dropped = 0
+
+    def wants(self, base: str, proto_ver: int = 4) -> bool:
+        return self.webhooks.has(hook_name(base, proto_ver))
+
+    def send(self, base: str, proto_ver: int, body: dict[str, Any]) -> None:
+        hook = hook_name(base, proto_ver) if base in _VERSIONED else base
+        if not self.webhooks.has(hook):
+            return
+        if len(self.pending) >= MAX_PENDING:
+            self.dropped += 1
+            if self.dropped % 1000 == 1:
+                log.emit("webhook.failed", "warning", hook=hook, endpoint="", reason="overloaded")
+            return
+        task = asyncio.get_running_loop().create_task(self.webhooks.notify(hook, body))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    # -- what the connection tells ---------------------------------------------------------
+    def registered(
+        self,
+        proto_ver: int,
+        peer: str,
+        mountpoint: str,
+        client_id: str,
+        username: str | None,
+        session_present: bool,
+    ) -> None:
+        host, _, port = peer.rpartition(":")
+        body: dict[str, Any] = {
+            "peer_addr": host.strip("[]"),
+            "peer_port": int(port) if port.isdigit() else 0,
+            "mountpoint": mountpoint,
+            "client_id": client_id,
+            "username": username,
+        }
+        if proto_ver == 5:
+            body["properties"] = {}
+        self.send("on_register", proto_ver, body)
+        if session_present:
+            self.send("on_client_wakeup", 4, {"mountpoint": mountpoint, "client_id": client_id})
+
+    def published(
+        self,
+        proto_ver: int,
+        mountpoint: str,
+        client_id: str,
+        username: str | None,
+        topic: str,
+        qos: int,
+        payload: bytes,
+        retain: bool,
+    ) -> None:
+        hook = hook_name("on_publish", proto_ver)
+        if self.webhooks.has(hook):
+            b64 = self.webhooks.base64_payload(hook)
+            body = publish_body(
+                proto_ver, mountpoint, client_id, username, topic, qos, payload, retain, b64
+            )
+            self.send("on_publish", proto_ver, body)
+
+    def subscribed(
+        self,
+        proto_ver: int,
+        mountpoint: str,
+        client_id: str,
+        username: str | None,
+        topics: list[tuple[str, int]],
+    ) -> None:
+        body: dict[str, Any] = {
+            "username": username,
+            "client_id": client_id,
+            "mountpoint": mountpoint,
+            "topics": [{"topic": t, "qos": q} for t, q in topics],
+        }
+        if proto_ver == 5:
+            body["properties"] = {}
+        self.send("on_subscribe", proto_ver, body)
+
+    def unsubscribed(
+        self,
+        proto_ver: int,
+        mountpoint: str,
+        client_id: str,
+        username: str | None,
+        topics: list[str],
+    ) -> None:
+        body: dict[str, Any] = {
+            "username": username,
+            "client_id": client_id,
+            "mountpoint": mountpoint,
+            "topics": topics,
+        }
+        if proto_ver == 5:
+            body["properties"] = {}
+        self.send("on_unsubscribe", proto_ver, body)
+
+    def ended(self, mountpoint: str, client_id: str, persistent: bool) -> None:
+        hook = "on_client_offline" if persistent else "on_client_gone"
+        self.send(hook, 4, {"mountpoint": mountpoint, "client_id": client_id})
+
+
+_VERSIONED = {"on_register", "on_publish", "on_subscribe", "on_unsubscribe"}
