@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/services/pb/*.proto)
 
-.PHONY: run test test-fast lint format typecheck proto proto-check install clean bench
+.PHONY: run test test-fast lint format typecheck proto proto-check install clean bench system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -61,9 +61,15 @@ JS_DEPS := tests/js/node_modules/.package-lock.json
 $(JS_DEPS): tests/js/package.json tests/js/package-lock.json
 	npm ci --prefix tests/js --silent --no-audit --no-fund
 
-test: $(NATIVE) $(JS_DEPS)
+test: system-deps $(NATIVE) $(JS_DEPS)
 	$(MAKE) lint typecheck
+	ulimit -n 65536 2>/dev/null || true; \
 	TERNMQ_ARTIFACTS=$(CURDIR)/test-artifacts $(BIN)/python -m pytest tests -q
+
+# Debian packages the suite needs (mosquitto clients, Java, Node, Chromium, HAProxy, Redis,
+# iproute2, a C compiler), installed when missing.
+system-deps:
+	bash scripts/system-deps.sh
 
 test-fast: $(NATIVE)
 	$(BIN)/python -m pytest tests/unit -q
