@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_pipeline import extract
-from spark_pipeline.jobs import write_tables
+from spark_pipeline.jobs import BYTES_PER_PARTITION, shuffle_partitions, write_tables
 from spark_pipeline.tables import TableSpec
 from spark_pipeline.transforms import audit
 
@@ -112,3 +112,12 @@ def test_write_tables_writes_each_table_once_whatever_the_writers(
             assert back.count() == i + 1
     assert len(said) == 2 * len(frames)
     assert said[-1].startswith(f"[{len(frames)}/{len(frames)}]")
+
+
+def test_shuffle_partitions_follow_the_input_size_in_multiples_of_cores() -> None:
+    assert shuffle_partitions(1_000, 2) == 2
+    assert shuffle_partitions(0, 4) == 4
+    assert shuffle_partitions(int(1.1 * 2**30), 2) == 6
+    assert shuffle_partitions(10 * BYTES_PER_PARTITION + 1, 4) == 12
+    assert shuffle_partitions(10**15, 8) == 2000
+    assert shuffle_partitions(10**9, 0) == 4
