@@ -3,11 +3,12 @@
     .venv/bin/python bench/gen_logs.py --events 500000 --out /tmp/logs500k
     .venv/bin/python bench/etl_bench.py --logs /tmp/logs500k --out /tmp/tables500k
 
-Both run as child processes so that wall time and peak memory are measured the same
-way: the resident set size of the child's whole process tree (Python driver plus the
-JVM it starts), sampled from /proc every 0.2 s. The Spark run writes every table; the
-Python pass computes only the audit summary, so it is the lower bound for that one
-answer, not a like-for-like replacement. Both summaries are compared.
+Both run as child processes so that wall time, CPU time and peak memory are measured the
+same way: the resident set size and the user + system CPU time of the child's whole
+process tree (Python driver plus the JVM it starts), sampled from /proc every 0.2 s.
+CPU seconds move much less than wall time when something else shares the machine. The
+Spark run writes every table; the Python pass computes only the audit summary, so it is
+the lower bound for that one answer, not a like-for-like replacement. Both summaries are compared.
 """
 
 from __future__ import annotations
@@ -48,11 +49,15 @@ print(json.dumps(audit_logs(Path(sys.argv[1]), exp)))
 """
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """One child run: its wall time, peak tree RSS and parsed JSON output."""
+    """One child run: its wall time, tree CPU time, peak tree RSS and parsed JSON output."""
 
     seconds: float
+    cpu_seconds: float
     peak_rss_mb: float
     output: dict[str, Any]
 
@@ -70,13 +75,20 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_rss(pid: int) -> int:
-    """Bytes resident in ``pid`` and all its descendants."""
+def tree_rss(pid: int, cpu: dict[int, int] | None = None) -> int:
+    """Bytes resident in ``pid`` and all its descendants.
+
+    ``cpu`` (pid -> user + system clock ticks) is updated with each process's latest
+    figure, so a process that has exited still counts with its last sample.
+    """
     kids, total, todo = _children(), 0, [pid]
     while todo:
         p = todo.pop()
         try:
             total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * PAGE
+            if cpu is not None:
+                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu[p] = int(fields[11]) + int(fields[12])
         except OSError:
             continue
         todo.extend(kids.get(p, []))
@@ -88,18 +100,19 @@ def measure(cmd: list[str], timeout: float) -> Measured:
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     peak = 0
+    cpu: dict[int, int] = {}
     while proc.poll() is None:
         if time.monotonic() - t0 > timeout:
             proc.kill()
             raise click.ClickException(f"timed out after {timeout:.0f} s: {cmd}")
-        peak = max(peak, tree_rss(proc.pid))
+        peak = max(peak, tree_rss(proc.pid, cpu))
         time.sleep(0.2)
     seconds = time.monotonic() - t0
     out = proc.stdout.read() if proc.stdout else ""
     if proc.returncode:
         raise click.ClickException(f"{cmd[:4]} exited {proc.returncode}")
     start = out.index("{")
-    return Measured(seconds, peak / 2**20, json.loads(out[start:]))
+    return Measured(seconds, sum(cpu.values()) / TICK, peak / 2**20, json.loads(out[start:]))
 
 
 @click.command()
@@ -163,12 +176,16 @@ def main(
         rows.append(("python single pass (audit only)", measure(py_cmd, timeout)))
     size = sum(p.stat().st_size for p in logs.rglob("*.jsonl*")) / 2**20
     click.echo(f"\n{events:,} events, {size:,.0f} MiB of logs, master {master}\n")
-    click.echo("| run | wall s | events/s | peak RSS MiB |")
-    click.echo("|---|---:|---:|---:|")
+    click.echo("| run | wall s | events/s | CPU s | peak RSS MiB |")
+    click.echo("|---|---:|---:|---:|---:|")
     for name, m in rows:
         click.echo(
-            f"| {name} | {m.seconds:.1f} | {events / m.seconds:,.0f} | {m.peak_rss_mb:,.0f} |"
+            f"| {name} | {m.seconds:.1f} | {events / m.seconds:,.0f} | {m.cpu_seconds:.0f}"
+            f" | {m.peak_rss_mb:,.0f} |"
         )
+    if len(rows) == 2:
+        ratio = rows[1][1].seconds / rows[0][1].seconds
+        click.echo(f"\npython pass wall time / spark wall time: {ratio:.2f}")
     result: dict[str, Any] = {
         "events": events,
         "log_mib": round(size, 1),
@@ -176,6 +193,7 @@ def main(
         "runs": {
             n: {
                 "seconds": round(m.seconds, 2),
+                "cpu_seconds": round(m.cpu_seconds, 1),
                 "peak_rss_mib": round(m.peak_rss_mb),
                 "summary": m.output,
             }
