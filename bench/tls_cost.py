@@ -1,0 +1,167 @@
+"""What TLS costs, side by side in one run: Mosquitto and one ternmq node, each with a plain
+and a TLS listener, under the same mqload load.
+
+mqload speaks plain MQTT only, so a local HAProxy carries its connections: to the plain
+listeners as they are, and to the TLS listeners with HAProxy as the TLS client (``ssl
+verify none``). Both paths cross HAProxy, so the ratio TLS / plain is the brokers' TLS
+cost, not the bridge's. Reported per broker: QoS 0 fan-in and persistent QoS 1 pairs in
+messages/s, and TLS connects/s (``mqload --conns``: every connection is a full handshake
+at the broker), as ratios to plain TCP and to Mosquitto's TLS.
+
+Usage: ``python -m bench.tls_cost --base-dir /tmp/tlsb [--duration 10]``; one JSON line
+per run, then a summary. Loopback only; every process it starts is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.cluster_throughput import build_mqload, mqload, wait_port
+from tests.support.certs import make_certs
+from tests.support.node import free_port, make_node
+
+MOSQ_TCP, MOSQ_TLS = 18950, 18951
+
+
+def _haproxy_conf(routes: dict[int, tuple[int, bool]]) -> str:
+    """A frontend per local port, to a broker port, over TLS or not."""
+    lines = [
+        "global",
+        "    maxconn 8000",
+        "defaults",
+        "    mode tcp",
+        "    timeout connect 5s",
+        "    timeout client 1h",
+        "    timeout server 1h",
+    ]
+    for front, (back, tls) in routes.items():
+        lines += [f"listen l{front}", f"    bind 127.0.0.1:{front}"]
+        lines += [f"    server s 127.0.0.1:{back}" + (" ssl verify none" if tls else "")]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-dir", type=Path, required=True)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--settle", type=float, default=5.0)
+    args = ap.parse_args()
+    base: Path = args.base_dir
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    exe = build_mqload(base / ".build")
+    certs = make_certs(base / "certs")
+    procs: list[subprocess.Popen[bytes]] = []
+    results: dict[str, dict[str, Any]] = {}
+    mosq_conf = base / "mosquitto.conf"
+    mosq_conf.write_text(
+        f"per_listener_settings false\nallow_anonymous true\npersistence false\n"
+        f"max_queued_messages 0\nset_tcp_nodelay true\nlistener {MOSQ_TCP} 127.0.0.1\n"
+        f"listener {MOSQ_TLS} 127.0.0.1\ncertfile {certs.server.cert}\n"
+        f"keyfile {certs.server.key}\n"
+    )
+    tls_port = free_port()
+    node = make_node(
+        base / "ternmq",
+        **{
+            "listener.ssl.default": f"127.0.0.1:{tls_port}",
+            "listener.ssl.certfile": str(certs.server.cert),
+            "listener.ssl.keyfile": str(certs.server.key),
+        },
+    )
+    fronts = {name: free_port() for name in ("mosq-tcp", "mosq-tls", "tnq-tcp", "tnq-tls")}
+    try:
+        procs.append(
+            subprocess.Popen(["mosquitto", "-c", str(mosq_conf)], stderr=subprocess.DEVNULL)
+        )
+        wait_port(MOSQ_TCP)
+        node.start()
+        routes = {
+            fronts["mosq-tcp"]: (MOSQ_TCP, False),
+            fronts["mosq-tls"]: (MOSQ_TLS, True),
+            fronts["tnq-tcp"]: (node.mqtt_port, False),
+            fronts["tnq-tls"]: (tls_port, True),
+        }
+        (base / "haproxy.cfg").write_text(_haproxy_conf(routes))
+        procs.append(
+            subprocess.Popen(
+                ["haproxy", "-db", "-f", str(base / "haproxy.cfg")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        for port in fronts.values():
+            wait_port(port)
+        loads = {
+            "qos0_fanin": ["--mode", "fanin", "--pubs", "10", "--subs", "1", "--qos", "0"],
+            "qos1_pair": [
+                "--mode",
+                "pair",
+                "--pubs",
+                "10",
+                "--subs",
+                "10",
+                "--qos",
+                "1",
+                "--clean",
+                "0",
+            ],
+        }
+        for name, port in fronts.items():
+            for load, extra in loads.items():
+                time.sleep(args.settle)
+                tag = f"{name}-{load}".replace("-", "")
+                row = mqload(
+                    exe,
+                    port,
+                    *extra,
+                    "--duration",
+                    str(args.duration),
+                    "--size",
+                    "64",
+                    "--topic",
+                    tag,
+                    "--id",
+                    tag,
+                )
+                results[f"{name} {load}"] = row
+                print(json.dumps({"run": f"{name} {load}", **row}), flush=True)
+            time.sleep(args.settle)
+            row = mqload(exe, port, "--conns", "500", "--duration", "2", "--id", f"c{port}")
+            results[f"{name} connects"] = row
+            print(json.dumps({"run": f"{name} connects", **row}), flush=True)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        if node.proc is not None:
+            node.stop()
+    summary: dict[str, Any] = {}
+    for load, key in (
+        ("qos0_fanin", "msgs_per_s"),
+        ("qos1_pair", "msgs_per_s"),
+        ("connects", "connects_per_s"),
+    ):
+        got = {n: float(results[f"{n} {load}"].get(key, 0) or 0) for n in fronts}
+        summary[load] = {
+            **{n: round(v) for n, v in got.items()},
+            "ternmq_tls_vs_tcp": round(got["tnq-tls"] / max(got["tnq-tcp"], 1), 2),
+            "mosquitto_tls_vs_tcp": round(got["mosq-tls"] / max(got["mosq-tcp"], 1), 2),
+            "ternmq_tls_vs_mosquitto_tls": round(got["tnq-tls"] / max(got["mosq-tls"], 1), 2),
+        }
+    print(json.dumps({"summary": summary}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
