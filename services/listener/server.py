@@ -413,6 +413,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     for tls_server in tls_servers:
         await tls_server.close()
     await broker.shutdown()
+    await notifier.pending.close()
     await hooks.close()
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(store.flush(), 5)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from services.common import log
+from services.common.background import Background, report_crash
 from services.listener.config import TcpListener, TlsOptions
 from services.listener.proxy_protocol import ProxyHeaderError, parse
 
@@ -124,18 +125,18 @@ class TlsServer:
         self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
         self._task: asyncio.Task[None] | None = None
-        self._handshakes: set[asyncio.Task[None]] = set()
+        self._handshakes = Background()  # a bug in one is logged, not lost
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._accept(), name="tls-accept")
+        self._task.add_done_callback(report_crash)
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for task in list(self._handshakes):
-            task.cancel()
+        await self._handshakes.close()
         self.sock.close()
 
     async def _accept(self) -> None:
@@ -147,9 +148,7 @@ class TlsServer:
                 log.emit("internal.error", "error", op="tls_accept", reason=str(exc))
                 await asyncio.sleep(0.1)
                 continue
-            task = loop.create_task(self._handshake(conn, f"{addr[0]}:{addr[1]}"))
-            self._handshakes.add(task)
-            task.add_done_callback(self._handshakes.discard)
+            self._handshakes.spawn(self._handshake(conn, f"{addr[0]}:{addr[1]}"), "tls-handshake")
 
     async def _handshake(self, conn: socket.socket, peer: str) -> None:
         loop = asyncio.get_running_loop()

@@ -10,10 +10,10 @@ past that a notification is dropped and counted rather than queued without bound
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from services.common import log
+from services.common.background import Background
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.spec import hook_name, publish_body
 
@@ -25,7 +25,7 @@ class Notifier:
 
     def __init__(self, webhooks: Webhooks) -> None:
         self.webhooks = webhooks
-        self.pending: set[asyncio.Task[None]] = set()
+        self.pending = Background()  # a bug in a call is logged, not lost
         self.dropped = 0
 
     def wants(self, base: str, proto_ver: int = 4) -> bool:
@@ -40,9 +40,7 @@ class Notifier:
             if self.dropped % 1000 == 1:
                 log.emit("webhook.failed", "warning", hook=hook, endpoint="", reason="overloaded")
             return
-        task = asyncio.get_running_loop().create_task(self.webhooks.notify(hook, body))
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
+        self.pending.spawn(self.webhooks.notify(hook, body), f"webhook-{hook}")
 
     # -- what the connection tells ---------------------------------------------------------
     def registered(
