@@ -298,6 +298,29 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     slow_auth = settings.passwd_enabled
     hooks = Webhooks.from_config(config)
     notifier = Notifier(hooks)
+
+    def connection(
+        lst: TcpListener,
+        limits: SessionLimits,
+        gate: ConnectionGate | None,
+        peer: str = "",
+        identity: str | None = None,
+    ) -> Connection:
+        return Connection(
+            broker,
+            lst,
+            limits,
+            authorizer,
+            lm,
+            slow_auth,
+            gate,
+            settings.max_pending_bytes,
+            peer,
+            identity,
+            hooks,
+            notifier,
+        )
+
     for lst in tcp_listeners(config):
         limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
 
@@ -308,18 +331,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
             limits: SessionLimits = limits,
             gate: ConnectionGate | None = gate,
         ) -> Connection:
-            return Connection(
-                broker,
-                lst,
-                limits,
-                authorizer,
-                lm,
-                slow_auth,
-                gate,
-                settings.max_pending_bytes,
-                webhooks=hooks,
-                notifier=notifier,
-            )
+            return connection(lst, limits, gate)
 
         reuse_port = settings.reuse_port or settings.processes > 1
         servers.append(await _start_tcp(lst, factory, reuse_port))
@@ -338,20 +350,8 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
             limits: SessionLimits = limits,
             gate: ConnectionGate | None = gate,
         ) -> Any:
-            return Connection(
-                broker,
-                replace(lst, proxy_protocol=False),  # read before TLS or HTTP, if any
-                limits,
-                authorizer,
-                lm,
-                slow_auth,
-                gate,
-                settings.max_pending_bytes,
-                peer,
-                identity,
-                hooks,
-                notifier,
-            )
+            # a PROXY header, if any, was read before TLS or the HTTP request
+            return connection(replace(lst, proxy_protocol=False), limits, gate, peer, identity)
 
         make: Callable[[str, str | None], Any] = mqtt
         if lst.transport in ("ws", "wss"):

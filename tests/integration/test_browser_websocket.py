@@ -50,7 +50,7 @@ def chromium() -> str:
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     ws = free_port()
     n = make_node(tmp_path_factory.mktemp("browser"), **{"listener.ws.default": f"127.0.0.1:{ws}"})
-    n.ws_port = ws  # type: ignore[attr-defined]
+    n.ports["ws"] = ws
     n.start()
     yield n
     assert n.stop() == 0, n.output()
@@ -126,7 +126,7 @@ def test_mqttjs_in_headless_chromium_over_websocket(node: Node, tmp_path: Path) 
     assert BUNDLE.is_file(), "run: npm ci --prefix tests/js"
     debug_port = free_port()
     with page_server() as (http_port, results):
-        ws_url = f"ws://127.0.0.1:{node.ws_port}/mqtt"  # type: ignore[attr-defined]
+        ws_url = f"ws://127.0.0.1:{node.ports['ws']}/mqtt"
         url = f"http://127.0.0.1:{http_port}/page.html?url={ws_url}&topic=browser/t"
         proc = subprocess.Popen(
             [

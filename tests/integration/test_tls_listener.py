@@ -45,14 +45,10 @@ def node(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[Nod
             "listener.ssl.proxied.proxy_protocol": "on",
         },
     )
-    n.ports = ports  # type: ignore[attr-defined]
+    n.ports.update(ports)
     n.start()
     yield n
     assert n.stop() == 0, n.output()
-
-
-def port(node: Node, name: str) -> int:
-    return int(node.ports[name])  # type: ignore[attr-defined]
 
 
 def rejected(node: Node, peer_port: int | None = None) -> list[str]:
@@ -71,7 +67,7 @@ def connected(node: Node, client_id: str) -> dict[str, object] | None:
 
 
 def mosquitto_pub(node: Node, certs: Certs, client: Issued, client_id: str) -> int:
-    args = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port(node, "mutual"))]
+    args = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(node.ports["mutual"])]
     args += ["--cafile", str(certs.ca), "--cert", str(client.cert), "--key", str(client.key)]
     args += ["-i", client_id, "-t", "tls/mutual", "-m", "over mutual tls", "-q", "1"]
     return subprocess.run(args, capture_output=True, timeout=30).returncode
@@ -82,8 +78,8 @@ def test_paho_publishes_and_receives_over_tls_with_every_protocol_version(
     node: Node, certs: Certs, version: int
 ) -> None:
     tls = (str(certs.ca), None, None)
-    sub = Client(f"tls-sub-{version}", port(node, "open"), version, tls=tls).connect()
-    pub = Client(f"tls-pub-{version}", port(node, "open"), version, tls=tls).connect()
+    sub = Client(f"tls-sub-{version}", node.ports["open"], version, tls=tls).connect()
+    pub = Client(f"tls-pub-{version}", node.ports["open"], version, tls=tls).connect()
     try:
         sub.subscribe(f"tls/{version}", qos=1)
         pub.publish(f"tls/{version}", b"secret", qos=1)
@@ -98,7 +94,7 @@ def test_a_trusted_client_certificate_connects_and_its_cn_is_the_username(
     node: Node, certs: Certs
 ) -> None:
     tls = (str(certs.ca), None, None)
-    sub = Client("tls-watch", port(node, "open"), 5, tls=tls).connect()
+    sub = Client("tls-watch", node.ports["open"], 5, tls=tls).connect()
     try:
         sub.subscribe("tls/mutual", qos=1)
         assert mosquitto_pub(node, certs, certs.client, "tls-device-1") == 0
@@ -132,7 +128,7 @@ def test_a_client_without_a_certificate_is_refused_where_one_is_required(
     node: Node, certs: Certs
 ) -> None:
     tls = (str(certs.ca), None, None)
-    client = Client("tls-nocert", port(node, "mutual"), 4, tls=tls, reconnect=False)
+    client = Client("tls-nocert", node.ports["mutual"], 4, tls=tls, reconnect=False)
     with pytest.raises((ssl.SSLError, OSError, AssertionError)):
         client.connect(timeout=5)
     client.paho.loop_stop()
@@ -144,7 +140,7 @@ def test_tls_below_the_listeners_version_is_refused(node: Node, certs: Certs) ->
     ctx.load_cert_chain(str(certs.client.cert), str(certs.client.key))
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2  # the mutual listener wants 1.3
     with (
-        socket.create_connection(("127.0.0.1", port(node, "mutual")), timeout=10) as raw,
+        socket.create_connection(("127.0.0.1", node.ports["mutual"]), timeout=10) as raw,
         pytest.raises(ssl.SSLError),
     ):
         ctx.wrap_socket(raw, server_hostname="localhost")
@@ -153,7 +149,7 @@ def test_tls_below_the_listeners_version_is_refused(node: Node, certs: Certs) ->
 def test_plain_mqtt_on_a_tls_port_is_refused_and_the_node_keeps_serving(
     node: Node, certs: Certs
 ) -> None:
-    with socket.create_connection(("127.0.0.1", port(node, "open")), timeout=10) as s:
+    with socket.create_connection(("127.0.0.1", node.ports["open"]), timeout=10) as s:
         local = s.getsockname()[1]
         s.sendall(b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00")
         s.settimeout(10)
@@ -161,7 +157,7 @@ def test_plain_mqtt_on_a_tls_port_is_refused_and_the_node_keeps_serving(
     wait_for(lambda: rejected(node, local), 10, what="client.rejected for plain MQTT")
     assert rejected(node, local)[0].startswith("tls: ")
     tls = (str(certs.ca), None, None)
-    Client("tls-after-plain", port(node, "open"), 4, tls=tls).connect().disconnect()
+    Client("tls-after-plain", node.ports["open"], 4, tls=tls).connect().disconnect()
 
 
 def test_the_proxy_header_before_the_handshake_names_the_client(node: Node, certs: Certs) -> None:
@@ -169,7 +165,7 @@ def test_the_proxy_header_before_the_handshake_names_the_client(node: Node, cert
     ctx = ssl.create_default_context(cafile=str(certs.ca))
     cid = b"tls-proxied"
     body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
-    with socket.create_connection(("127.0.0.1", port(node, "proxied")), timeout=10) as raw:
+    with socket.create_connection(("127.0.0.1", node.ports["proxied"]), timeout=10) as raw:
         raw.sendall(header)
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
             s.sendall(bytes([0x10, len(body)]) + body)

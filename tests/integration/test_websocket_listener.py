@@ -50,14 +50,10 @@ def node(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[Nod
             "listener.wss.keyfile": str(certs.server.key),
         },
     )
-    n.ports = ports  # type: ignore[attr-defined]
+    n.ports.update(ports)
     n.start()
     yield n
     assert n.stop() == 0, n.output()
-
-
-def port(node: Node, name: str) -> int:
-    return int(node.ports[name])  # type: ignore[attr-defined]
 
 
 def connected(node: Node, client_id: str) -> dict[str, object] | None:
@@ -107,8 +103,8 @@ class RawWs:
 
 @pytest.mark.parametrize("version", [3, 4, 5])
 def test_paho_over_ws_with_every_protocol_version(node: Node, version: int) -> None:
-    sub = Client(f"ws-sub-{version}", port(node, "ws"), version, websocket=True).connect()
-    pub = Client(f"ws-pub-{version}", port(node, "ws"), version, websocket=True).connect()
+    sub = Client(f"ws-sub-{version}", node.ports["ws"], version, websocket=True).connect()
+    pub = Client(f"ws-pub-{version}", node.ports["ws"], version, websocket=True).connect()
     try:
         sub.subscribe(f"ws/{version}", qos=1)
         for qos in (0, 1, 2):
@@ -121,7 +117,7 @@ def test_paho_over_ws_with_every_protocol_version(node: Node, version: int) -> N
 
 def test_paho_over_wss(node: Node, certs: Certs) -> None:
     tls = (str(certs.ca), None, None)
-    sub = Client("wss-sub", port(node, "wss"), 5, tls=tls, websocket=True).connect()
+    sub = Client("wss-sub", node.ports["wss"], 5, tls=tls, websocket=True).connect()
     tcp = Client("wss-tcp-pub", node.mqtt_port, 4).connect()
     try:
         sub.subscribe("wss/t", qos=1)
@@ -136,7 +132,7 @@ def test_paho_over_wss(node: Node, certs: Certs) -> None:
 def test_mqttjs_over_websocket(node: Node, certs: Certs, scheme: str, version: int) -> None:
     assert shutil.which("node"), "node is required (installed by the project's CI setup)"
     assert (JS / "node_modules" / "mqtt").is_dir(), "run: npm ci --prefix tests/js"
-    url = f"{scheme}://{'localhost' if scheme == 'wss' else '127.0.0.1'}:{port(node, scheme)}/mqtt"
+    url = f"{scheme}://{'localhost' if scheme == 'wss' else '127.0.0.1'}:{node.ports[scheme]}/mqtt"
     env = {**os.environ, "NODE_EXTRA_CA_CERTS": str(certs.ca)}
     out = subprocess.run(
         ["node", str(JS / "pubsub.mjs"), url, str(version)],
@@ -153,7 +149,7 @@ def test_mqttjs_over_websocket(node: Node, certs: Certs, scheme: str, version: i
 
 
 def test_packets_split_across_messages_and_several_in_one(node: Node) -> None:
-    ws = RawWs(port(node, "ws"))
+    ws = RawWs(node.ports["ws"])
     try:
         accepted = ws.upgrade()
         assert isinstance(accepted, AcceptConnection) and accepted.subprotocol == "mqtt"
@@ -182,7 +178,7 @@ def test_packets_split_across_messages_and_several_in_one(node: Node) -> None:
 def test_a_bad_upgrade_is_answered_with_an_http_error_and_logged(
     node: Node, target: str, subprotocols: tuple[str, ...], status: int, reason: str
 ) -> None:
-    ws = RawWs(port(node, "ws"))
+    ws = RawWs(node.ports["ws"])
     try:
         answer = ws.upgrade(target, subprotocols)
         assert isinstance(answer, RejectConnection) and answer.status_code == status
@@ -201,14 +197,14 @@ def test_a_bad_upgrade_is_answered_with_an_http_error_and_logged(
 
 
 def test_plain_http_on_the_ws_port_is_refused(node: Node) -> None:
-    with socket.create_connection(("127.0.0.1", port(node, "ws")), timeout=10) as s:
+    with socket.create_connection(("127.0.0.1", node.ports["ws"]), timeout=10) as s:
         s.sendall(b"GET /mqtt HTTP/1.1\r\nHost: x\r\n\r\n")  # no upgrade headers
         assert s.recv(64).startswith(b"HTTP/1.1 4")
-    Client("ws-after-http", port(node, "ws"), 4, websocket=True).connect().disconnect()
+    Client("ws-after-http", node.ports["ws"], 4, websocket=True).connect().disconnect()
 
 
 def test_a_text_message_closes_the_connection(node: Node) -> None:
-    ws = RawWs(port(node, "ws"))
+    ws = RawWs(node.ports["ws"])
     try:
         ws.upgrade()
         ws.sock.sendall(ws.ws.send(Message(data="not binary")))
@@ -220,7 +216,7 @@ def test_a_text_message_closes_the_connection(node: Node) -> None:
 
 def test_the_proxy_header_before_the_request_names_the_client(node: Node) -> None:
     header = b"PROXY TCP4 198.51.100.4 10.0.0.1 53000 8080\r\n"
-    ws = RawWs(port(node, "proxied"), preface=header)
+    ws = RawWs(node.ports["proxied"], preface=header)
     try:
         assert isinstance(ws.upgrade(), AcceptConnection)
         ws.send(connect_packet("ws-proxied"))
@@ -238,6 +234,6 @@ def test_listener_show_lists_every_transport(node: Node) -> None:
     assert isinstance(rows, list)
     got = {(r["type"], r["name"], r["port"]) for r in rows}
     assert ("mqtt", "default", node.mqtt_port) in got
-    assert ("mqttws", "default", port(node, "ws")) in got
-    assert ("mqttws", "proxied", port(node, "proxied")) in got
-    assert ("mqttwss", "default", port(node, "wss")) in got
+    assert ("mqttws", "default", node.ports["ws"]) in got
+    assert ("mqttws", "proxied", node.ports["proxied"]) in got
+    assert ("mqttwss", "default", node.ports["wss"]) in got

@@ -65,6 +65,7 @@ class Node:
     http_port: int
     settings: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    ports: dict[str, int] = field(default_factory=dict)  # more listeners a test declares
 
     @property
     def conf(self) -> Path:

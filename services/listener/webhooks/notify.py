@@ -15,7 +15,12 @@ from typing import Any
 from services.common import log
 from services.common.background import Background
 from services.listener.webhooks.client import Webhooks
-from services.listener.webhooks.spec import hook_name, publish_body
+from services.listener.webhooks.spec import (
+    hook_name,
+    publish_body,
+    registered_body,
+    subscribe_body,
+)
 
 MAX_PENDING = 10_000
 
@@ -52,16 +57,7 @@ class Notifier:
         username: str | None,
         session_present: bool,
     ) -> None:
-        host, _, port = peer.rpartition(":")
-        body: dict[str, Any] = {
-            "peer_addr": host.strip("[]"),
-            "peer_port": int(port) if port.isdigit() else 0,
-            "mountpoint": mountpoint,
-            "client_id": client_id,
-            "username": username,
-        }
-        if proto_ver == 5:
-            body["properties"] = {}
+        body = registered_body(proto_ver, peer, mountpoint, client_id, username)
         self.send("on_register", proto_ver, body)
         if session_present:
             self.send("on_client_wakeup", 4, {"mountpoint": mountpoint, "client_id": client_id})
@@ -93,14 +89,7 @@ class Notifier:
         username: str | None,
         topics: list[tuple[str, int]],
     ) -> None:
-        body: dict[str, Any] = {
-            "username": username,
-            "client_id": client_id,
-            "mountpoint": mountpoint,
-            "topics": [{"topic": t, "qos": q} for t, q in topics],
-        }
-        if proto_ver == 5:
-            body["properties"] = {}
+        body = subscribe_body(proto_ver, mountpoint, client_id, username, topics)
         self.send("on_subscribe", proto_ver, body)
 
     def unsubscribed(

@@ -83,6 +83,16 @@ def register_body(
     password: bytes | None,
     clean: bool,
 ) -> dict[str, Any]:
+    body = registered_body(proto_ver, peer, mountpoint, client_id, username)
+    body["password"] = password.decode("utf-8", "replace") if password is not None else None
+    body["clean_start" if proto_ver == 5 else "clean_session"] = clean
+    return body
+
+
+def registered_body(
+    proto_ver: int, peer: str, mountpoint: str, client_id: str, username: str | None
+) -> dict[str, Any]:
+    """``on_register``'s body; ``auth_on_register``'s adds the password and clean flag."""
     host, _, port = peer.rpartition(":")
     body: dict[str, Any] = {
         "peer_addr": host.strip("[]"),
@@ -90,13 +100,9 @@ def register_body(
         "mountpoint": mountpoint,
         "client_id": client_id,
         "username": username,
-        "password": password.decode("utf-8", "replace") if password is not None else None,
     }
     if proto_ver == 5:
-        body["clean_start"] = clean
         body["properties"] = {}
-    else:
-        body["clean_session"] = clean
     return body
 
 
