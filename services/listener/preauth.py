@@ -12,9 +12,26 @@ from __future__ import annotations
 from services.listener.session.auth import Authorizer
 
 
-class ConnectionAuth:
+class _Wrapper:
+    """An authorizer that decides ``authenticate`` itself and passes the ACL checks on."""
+
     def __init__(self, inner: Authorizer) -> None:
         self.inner = inner
+
+    def authorize_publish(
+        self, client_id: str, username: str | None, mountpoint: str, topic: str
+    ) -> bool:
+        return self.inner.authorize_publish(client_id, username, mountpoint, topic)
+
+    def authorize_subscribe(
+        self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
+    ) -> bool:
+        return self.inner.authorize_subscribe(client_id, username, mountpoint, topic_filter)
+
+
+class ConnectionAuth(_Wrapper):
+    def __init__(self, inner: Authorizer) -> None:
+        super().__init__(inner)
         self.answer: int | None = None
 
     def authenticate(
@@ -24,24 +41,14 @@ class ConnectionAuth:
             return self.answer
         return self.inner.authenticate(client_id, username, password, peer)
 
-    def authorize_publish(
-        self, client_id: str, username: str | None, mountpoint: str, topic: str
-    ) -> bool:
-        return self.inner.authorize_publish(client_id, username, mountpoint, topic)
 
-    def authorize_subscribe(
-        self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
-    ) -> bool:
-        return self.inner.authorize_subscribe(client_id, username, mountpoint, topic_filter)
-
-
-class CertifiedAuth:
+class CertifiedAuth(_Wrapper):
     """A TLS client whose certificate named it (``use_identity_as_username``): its CN
     is its username and the certificate its authentication, so the password file is
     not consulted (Mosquitto's rule). ACLs still apply, to that username."""
 
     def __init__(self, inner: Authorizer, identity: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.identity = identity
 
     def authenticate(
@@ -50,13 +57,3 @@ class CertifiedAuth:
         if username == self.identity:
             return 0
         return self.inner.authenticate(client_id, username, password, peer)
-
-    def authorize_publish(
-        self, client_id: str, username: str | None, mountpoint: str, topic: str
-    ) -> bool:
-        return self.inner.authorize_publish(client_id, username, mountpoint, topic)
-
-    def authorize_subscribe(
-        self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
-    ) -> bool:
-        return self.inner.authorize_subscribe(client_id, username, mountpoint, topic_filter)
