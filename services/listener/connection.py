@@ -292,6 +292,7 @@ class Connection(ActionExecutor):
         assert self.session is not None
         self.transport.pause_reading()
         task = self._loop.create_task(self._hooks.decide(pkt, self.session, self.peer))
+        self._hooks.task = task  # referenced until done: the loop holds tasks weakly
         task.add_done_callback(self._hook_decided)
 
     def _hook_decided(self, task: asyncio.Task[Packet]) -> None:

@@ -13,6 +13,7 @@ subscription's filters and QoS (128 or 135 refuses one filter). A hook that fail
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +41,7 @@ class ConnectionHooks:
         self.inner = inner
         self.decided: Packet | None = None  # the packet the decisions below are for
         self.asking = False  # a hook call is on its way
+        self.task: asyncio.Task[Packet] | None = None  # that call (the connection's)
         self.connect: bool | None = None  # auth_on_register: None = ternmq decides
         self.publish: tuple[str, bool] | None = None  # (topic, allowed)
         self.subscribe: dict[str, bool] = {}  # filter -> allowed (absent: ternmq decides)
