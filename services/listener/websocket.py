@@ -246,7 +246,4 @@ class _WsTransport:
         return int(self.raw.get_write_buffer_size())
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name == "peername" and self.owner.peer:
-            host, _, port = self.owner.peer.rpartition(":")
-            return (host, int(port)) if port.isdigit() else self.owner.peer
-        return self.raw.get_extra_info(name, default)
+        return self.raw.get_extra_info(name, default)  # the connection is handed the peer

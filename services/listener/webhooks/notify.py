@@ -33,9 +33,6 @@ class Notifier:
         self.pending = Background()  # a bug in a call is logged, not lost
         self.dropped = 0
 
-    def wants(self, base: str, proto_ver: int = 4) -> bool:
-        return self.webhooks.has(hook_name(base, proto_ver))
-
     def send(self, base: str, proto_ver: int, body: dict[str, Any]) -> None:
         hook = hook_name(base, proto_ver) if base in _VERSIONED else base
         if not self.webhooks.has(hook):
