@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from services.node import dev_cluster as dc
-from tests.support.clients import Client
+from tests.support.clients import Client, until_routed
 from tests.support.cluster import dev_cluster
 from tests.support.node import free_port, wait_for
 
@@ -89,6 +89,9 @@ def test_clients_through_haproxy_reach_the_cluster_with_their_own_address(
     pub = Client("ha-pub", port, 5).connect()
     try:
         sub.subscribe("ha/t", qos=1)
+        # the two clients may sit on different nodes, and a subscription reaches the
+        # others through gossip: probe until the publisher's node routes to it
+        until_routed(pub, "ha/t", [sub])
         pub.publish("ha/t", b"through the balancer", qos=1)
         assert [m.payload for m in sub.take(1, timeout=30)] == [b"through the balancer"]
         local = sub.paho.socket().getsockname()[1]
