@@ -229,12 +229,55 @@ def webhooks() -> None:
 @webhooks.command("show")
 @click.pass_context
 def webhooks_show(ctx: click.Context) -> None:
-    """List the configured webhooks: hook, endpoint, name."""
+    """List the webhooks: hook, endpoint, name, and whether the configuration or a
+    ``register`` made them."""
     _emit(
         ctx,
         ctx.obj["node"].get("/api/v1/webhooks/show"),
-        ["hook", "endpoint", "name", "base64_payload"],
+        ["hook", "endpoint", "name", "base64_payload", "source"],
     )
+
+
+def _webhook_args(args: tuple[str, ...], flags: dict[str, str | None]) -> dict[str, str]:
+    """``hook=NAME endpoint=URL [base64_payload=true|false]`` (VerneMQ's ``vmq-admin
+    webhooks register`` also takes ``--base64payload=…``: both are accepted)."""
+    out: dict[str, str] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("-").replace("base64payload", "base64_payload")
+        if not sep or key not in ("hook", "endpoint", "base64_payload") or key in out:
+            raise click.UsageError(f"unexpected argument {arg!r}")
+        out[key] = value
+    out.update({k: v for k, v in flags.items() if v is not None})
+    missing = [k for k in ("hook", "endpoint") if not out.get(k)]
+    if missing:
+        raise click.UsageError(f"expected {' '.join(f'{k}=…' for k in missing)}")
+    return out
+
+
+@webhooks.command("register")
+@click.argument("args", nargs=-1, metavar="hook=NAME endpoint=URL [base64_payload=true|false]")
+@click.option("--base64payload", "b64", default=None, help="true|false (VerneMQ's flag).")
+@click.pass_context
+def webhooks_register(ctx: click.Context, args: tuple[str, ...], b64: str | None) -> None:
+    """Register an endpoint for a hook on every listener process of the node, until the
+    node stops (as in VerneMQ, the configuration's webhooks apply again after a
+    restart)."""
+    query = _webhook_args(args, {"base64_payload": b64})
+    ctx.obj["node"].get("/api/v1/webhooks/register", **query)
+    click.echo("Done")
+
+
+@webhooks.command("deregister")
+@click.argument("args", nargs=-1, metavar="hook=NAME endpoint=URL")
+@click.pass_context
+def webhooks_deregister(ctx: click.Context, args: tuple[str, ...]) -> None:
+    """Deregister an endpoint of a hook (a configured one too, until the node stops)."""
+    query = _webhook_args(args, {})
+    if "base64_payload" in query:
+        raise click.UsageError("deregister takes hook=NAME endpoint=URL only")
+    ctx.obj["node"].get("/api/v1/webhooks/deregister", **query)
+    click.echo("Done")
 
 
 @cli.group()

@@ -84,6 +84,9 @@ class Broker:
         # This process as a routing target (``processes.route_name``): the node, or
         # "node/K" for a node's listener process K > 0.
         self.own_route = route or self.node
+        # Told of each message queued for an offline session (the on_offline_message
+        # webhook): (mountpoint, client_id, qos, topic, payload, retain).
+        self.offline_hook: Callable[[str, str, int, str, bytes, bool], None] | None = None
         self.listener_id = listener_id
         self.store = store
         self.registry = registry
@@ -264,6 +267,8 @@ class Broker:
             ctx.left += 1
         self.store.append(key[0], key[1], 0, encoded[1], qos, retain, sub_ids, queued.done)
         self.metrics.queued.inc()
+        if target is None and self.offline_hook is not None:
+            self.offline_hook(key[0], key[1], qos, msg.topic, msg.payload, retain)
 
     def forward(
         self,
@@ -327,6 +332,8 @@ class Broker:
         encoded = convert.message_field(msg, self.node)
         self.store.append(key[0], key[1], 0, encoded, qos, retain, sub_ids, queued.done)
         self.metrics.queued.inc()
+        if target is None and self.offline_hook is not None:
+            self.offline_hook(key[0], key[1], qos, msg.topic, msg.payload, retain)
 
     def no_member(self, msg: Message, share_filter: str) -> None:
         """RouteSink: a shared group with no member to take the message."""

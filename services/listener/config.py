@@ -17,7 +17,7 @@ from services.common.config import Config
 from services.common.settings import Setting
 from services.common.typed_settings import setting
 from services.listener.processes import MAX_PROCESSES
-from services.listener.webhooks.spec import AUTH_HOOKS, NOTIFY_HOOKS
+from services.listener.webhooks.spec import ALL_HOOKS
 
 UNLIMITED = 0
 TLS_VERSIONS_CHOICES = ("tlsv1.2", "tlsv1.3")
@@ -231,10 +231,12 @@ SETTINGS: list[Setting] = [
         "enum",
         "",
         "A webhook: the hook it serves. Auth hooks (auth_on_register, auth_on_publish, "
-        "auth_on_subscribe) decide; notification hooks (on_register, on_client_wakeup, "
-        "on_publish, on_subscribe, on_unsubscribe, on_client_offline, on_client_gone) are "
-        "told. _m5 forms serve MQTT 5 clients.",
-        choices=(*AUTH_HOOKS, *NOTIFY_HOOKS),
+        "auth_on_subscribe, on_auth_m5) decide; on_deliver may rewrite a delivery; "
+        "notification hooks (on_register, on_client_wakeup, on_publish, on_subscribe, "
+        "on_unsubscribe, on_client_offline, on_client_gone, on_offline_message) are told. "
+        "_m5 forms serve MQTT 5 clients. ternmq-admin webhooks register adds more until "
+        "the node stops.",
+        choices=ALL_HOOKS,
     ),
     Setting("webhooks.*.endpoint", "str", "", "The webhook's URL (POST, JSON)."),
     Setting(

@@ -54,6 +54,8 @@ from services.listener.session.actions import (
 from services.listener.session.core import Session, SessionState
 from services.listener.session.messages import OutboundMessage
 from services.listener.session.timers import Timer
+from services.listener.webhooks.deliver import DeliverHook
+from services.listener.webhooks.gate import ConnectionHooks
 from services.listener.webhooks.notify import Notifier
 
 # The per-message events, compiled once (fields in catalogue order, see log.emitter).
@@ -82,6 +84,7 @@ class ActionExecutor:
         "appending",
         "broker",
         "closed",
+        "deliver_hook",
         "epoch",
         "listener",
         "metrics",
@@ -121,6 +124,7 @@ class ActionExecutor:
         self._loop = asyncio.get_running_loop()
         self._ended = False
         self.notifier: Notifier | None = None  # the notification webhooks, if any
+        self.deliver_hook: DeliverHook | None = None  # on_deliver, if registered for it
 
     # -- called by the broker ----------------------------------------------------------
     def backlog(self) -> int:
@@ -140,6 +144,16 @@ class ActionExecutor:
                 return
             if out.seq <= self._replayed_upto:
                 return  # the replay sent it
+        if self.deliver_hook is not None:
+            self.deliver_hook.push(out)  # on_deliver first (webhooks.deliver)
+            return
+        self.execute(self.session.deliver(out, time.time()))
+
+    def deliver_hooked(self, out: OutboundMessage) -> None:
+        """A delivery the on_deliver hook has answered for, as the answer changed it."""
+        if self.closed or self.session is None:
+            self.deliver(out)  # closed meanwhile: what a closed connection does with it
+            return
         self.execute(self.session.deliver(out, time.time()))
 
     def registered(
@@ -164,6 +178,7 @@ class ActionExecutor:
                     s.username,
                     session_present,
                 )
+                self.deliver_hook = self.notifier.deliver_hook(self, s.protocol_version, s.username)
             _log_connected(
                 client_id=self.sid[1],
                 mountpoint=self.sid[0],
@@ -202,7 +217,10 @@ class ActionExecutor:
         now = time.time()
         self.execute(self.session.resume(queued, inbound, pubrel, now))
         for out in buffered:
-            self.execute(self.session.deliver(out, now))
+            if self.deliver_hook is not None:
+                self.deliver_hook.push(out)
+            else:
+                self.execute(self.session.deliver(out, now))
 
     def routed(self, token: int, reason_code: int, reason: str = "store unavailable") -> None:
         if self.session is None or self.closed:
@@ -343,6 +361,9 @@ class ActionExecutor:
 
     def _route(self, action: Route) -> None:
         msg = action.message
+        s = self.session
+        if s is not None and type(s.authorizer) is ConnectionHooks:
+            s.authorizer.routed(msg)  # auth_on_publish's qos modifier
         if msg.qos and log.message_events_enabled():
             _log_published(
                 msg.msg_id,

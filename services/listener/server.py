@@ -298,6 +298,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     slow_auth = settings.passwd_enabled
     hooks = Webhooks.from_config(config)
     notifier = Notifier(hooks)
+    broker.offline_hook = notifier.offline_message
 
     def connection(
         lst: TcpListener,

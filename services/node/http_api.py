@@ -8,7 +8,10 @@ that does not answer shows up as not ready, it does not hang the endpoint.
 Admin API (JSON, used by ``ternmq-admin``):
 ``GET /api/v1/cluster/show``, ``/api/v1/session/show[?client_id=]``,
 ``/api/v1/retain/show[?topic=&payload=1]``, ``/api/v1/listener/show``, ``/api/v1/webhooks/show``,
-``/api/v1/metrics/show``, ``/api/v1/show?key=K&key=…``, ``/api/v1/plugin/show``.
+``/api/v1/metrics/show``, ``/api/v1/show?key=K&key=…``, ``/api/v1/plugin/show``,
+``/api/v1/webhooks/register?hook=&endpoint=[&base64_payload=]`` and
+``/api/v1/webhooks/deregister?hook=&endpoint=`` (see ``listener.webhooks.runtime``: the
+answer comes once every listener process of the node has applied the change).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from services.common.supervisor import ChildStatus
 from services.listener.config import ssl_listeners, tcp_listeners, ws_listeners
 from services.listener.processes import admin_address, child_name
 from services.listener.routing.topics import topic_matches
+from services.listener.webhooks import runtime
 from services.listener.webhooks.client import endpoints
 from services.pb import (
     common_pb2,
@@ -42,6 +46,7 @@ from services.pb import (
 )
 
 _RPC_TIMEOUT = 2.0
+_APPLY_TIMEOUT = 5.0  # a webhook (de)registration waits this long for the listeners
 
 # The node's child processes by service name, as the supervisor sees them now.
 ChildrenStatus = Callable[[], dict[str, ChildStatus]]
@@ -152,6 +157,10 @@ class HttpApi:
         self.client = NodeClient(config)
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
+        # Runtime webhook registrations last until the node stops (VerneMQ's rule).
+        self.webhooks_file = runtime.runtime_path(config)
+        self.webhooks_lock = threading.Lock()
+        runtime.clear(self.webhooks_file)
 
     def start(self) -> None:
         address = self.config["listener.http.default"]
@@ -193,6 +202,8 @@ class HttpApi:
             "/api/v1/retain/show": self.retain_show,
             "/api/v1/listener/show": self.listener_show,
             "/api/v1/webhooks/show": self.webhooks_show,
+            "/api/v1/webhooks/register": self.webhooks_register,
+            "/api/v1/webhooks/deregister": self.webhooks_deregister,
             "/api/v1/metrics/show": self.metrics_show,
             "/api/v1/show": self.show,
             "/api/v1/plugin/show": self.plugin_show,
@@ -346,11 +357,63 @@ class HttpApi:
             for lst in listeners
         ]
 
+    def _webhooks(self) -> tuple[int, list[dict[str, Any]]]:
+        """The node's webhooks now: the runtime file's, or the configuration's."""
+        loaded = runtime.load(self.webhooks_file)
+        if loaded is not None:
+            return loaded
+        return 0, [e.row() for e in endpoints(self.config)]
+
     def webhooks_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
-        return HTTPStatus.OK, [
-            {"hook": e.hook, "endpoint": e.url, "name": e.name, "base64_payload": e.base64_payload}
-            for e in endpoints(self.config)
-        ]
+        return HTTPStatus.OK, self._webhooks()[1]
+
+    def webhooks_register(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        flag = q.get("base64_payload", ["true"])[0].lower()
+        if flag not in ("true", "false", "on", "off"):
+            return HTTPStatus.BAD_REQUEST, {"error": f"base64_payload={flag}: true or false"}
+        return self._webhooks_change(q, "register", flag in ("true", "on"))
+
+    def webhooks_deregister(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        return self._webhooks_change(q, "deregister", True)
+
+    def _webhooks_change(self, q: dict[str, list[str]], op: str, b64: bool) -> tuple[int, Any]:
+        hook, endpoint = q.get("hook", [""])[0], q.get("endpoint", [""])[0]
+        if not hook or not endpoint:
+            return HTTPStatus.BAD_REQUEST, {"error": "hook=NAME and endpoint=URL are required"}
+        with self.webhooks_lock:
+            generation, current = self._webhooks()
+            changed = runtime.change(current, op, hook, endpoint, b64)
+            if isinstance(changed, str):
+                known = changed.startswith(("already_registered", "not_found"))
+                return (HTTPStatus.CONFLICT if known else HTTPStatus.BAD_REQUEST), {
+                    "error": f"can't {op} endpoint: {changed}"
+                }
+            runtime.save(self.webhooks_file, generation + 1, changed)
+            late = self._await_listeners(generation + 1)
+        if late:
+            return HTTPStatus.GATEWAY_TIMEOUT, {
+                "error": f"{op}ed, but not yet applied by {', '.join(late)}"
+            }
+        return HTTPStatus.OK, {"done": op, "hook": hook, "endpoint": endpoint}
+
+    def _await_listeners(self, generation: int) -> list[str]:
+        """The running listener processes that have not applied ``generation`` within
+        the timeout (empty when all have)."""
+        deadline = time.monotonic() + _APPLY_TIMEOUT
+        while True:
+            late = []
+            for name, child in self.children().items():
+                if not name.startswith("listener") or not child["running"] or not child["pid"]:
+                    continue
+                try:
+                    seen = int(runtime.ack_path(self.webhooks_file, child["pid"]).read_text())
+                except (OSError, ValueError):
+                    seen = 0
+                if seen < generation:
+                    late.append(name)
+            if not late or time.monotonic() > deadline:
+                return late
+            time.sleep(0.05)
 
     def show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
         keys = q.get("key", [])

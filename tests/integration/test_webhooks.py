@@ -1,19 +1,27 @@
 """Webhooks on a real node, against a real HTTP service the test runs: VerneMQ's
 ``vmq_webhooks`` bodies and answers for auth_on_register, auth_on_publish and
-auth_on_subscribe (3.1.1 and the ``_m5`` forms), modifiers, the max-age cache, and a slow
-or dead endpoint refusing."""
+auth_on_subscribe (3.1.1 and the ``_m5`` forms), on_auth_m5, on_deliver,
+on_offline_message and the notifications, modifiers, the max-age cache, a slow or dead
+endpoint refusing, and ``ternmq-admin webhooks register|deregister`` at run time."""
 
 from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from tests.support.clients import Client
 from tests.support.node import Node, free_port, make_node, wait_for
@@ -26,6 +34,7 @@ HOOKS = [
     "auth_on_publish_m5",
     "auth_on_subscribe",
     "auth_on_subscribe_m5",
+    "on_auth_m5",
 ]
 NOTIFY = [
     "on_register",
@@ -38,7 +47,11 @@ NOTIFY = [
     "on_unsubscribe",
     "on_client_offline",
     "on_client_gone",
+    "on_offline_message",
+    "on_deliver",
+    "on_deliver_m5",
 ]
+ADMIN = str(Path(sys.executable).parent / "ternmq-admin")
 
 
 class HookService:
@@ -74,6 +87,13 @@ class HookService:
 
     def answer(self, hook: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         ok: dict[str, Any] = {"result": "ok"}
+        if hook == "on_auth_m5":
+            return self.auth(body), {}
+        if hook.startswith("on_deliver"):
+            if body["topic"] != "deliver/rewrite":
+                return ok, {}
+            payload = base64.b64encode(f"for {body['client_id']}".encode()).decode()
+            return {"result": "ok", "modifiers": {"topic": "delivered/t", "payload": payload}}, {}
         if hook.startswith("on_"):
             return {}, {}
         if hook.startswith("auth_on_register"):
@@ -82,11 +102,16 @@ class HookService:
                 time.sleep(3)  # beyond the node's webhooks.timeout
             if user == "bad":
                 return {"result": {"error": "not_allowed"}}, {}
+            if user == "limited":  # VerneMQ's register modifiers, one ternmq ignores
+                mods = {"max_message_size": 16, "username": "renamed", "upgrade_qos": True}
+                return {"result": "ok", "modifiers": mods}, {}
             return (ok, {}) if user == "good" else ({"result": "next"}, {})
         if hook.startswith("auth_on_publish"):
             topic = body["topic"]
             if topic.startswith("forbidden/"):
                 return {"result": {"error": "not_allowed"}}, {}
+            if topic.startswith("qos0/"):
+                return {"result": "ok", "modifiers": {"qos": 0}}, {}
             if topic == "rewrite/me":
                 changed = base64.b64encode(b"changed by the hook").decode()
                 return {
@@ -102,6 +127,19 @@ class HookService:
             for t in body["topics"]
         ]
         return {"result": "ok", "modifiers": {"topics": topics}}, {}
+
+    @staticmethod
+    def auth(body: dict[str, Any]) -> dict[str, Any]:
+        """on_auth_m5: method TEST with data "good" passes, "next" passes the question
+        on, anything else is refused."""
+        props = body["properties"]
+        data = base64.b64decode(props.get("p_authentication_data", ""))
+        if data == b"next":
+            return {"result": "next"}
+        if props["p_authentication_method"] != "TEST" or data != b"good":
+            return {"result": {"error": "bad_credentials"}}
+        answer = {"p_authentication_method": "TEST", "p_authentication_data": ""}
+        return {"result": "ok", "modifiers": {"reason_code": 0, "properties": answer}}
 
     def count(self, hook: str, **match: Any) -> int:
         with self.lock:
@@ -270,3 +308,235 @@ def test_notifications_tell_the_sessions_life(node: Node, service: HookService) 
         ]
     assert subs[0]["topics"] == [{"topic": "life/#", "qos": 1}]
     assert unsubs[0]["topics"] == ["life/#"]
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_on_deliver_rewrites_what_each_subscriber_gets(
+    node: Node, service: HookService, version: int
+) -> None:
+    sub = Client(f"wh-deliver-{version}", node.mqtt_port, version).connect()
+    pub = Client(f"wh-deliverer-{version}", node.mqtt_port, version).connect()
+    try:
+        sub.subscribe("deliver/#", qos=1)
+        pub.publish("deliver/rewrite", b"original", qos=1)
+        pub.publish("deliver/plain", b"as sent", qos=1)
+        got = [(m.topic, m.payload) for m in sub.take(2)]
+        assert got == [
+            ("delivered/t", f"for wh-deliver-{version}".encode()),
+            ("deliver/plain", b"as sent"),
+        ]
+    finally:
+        pub.disconnect()
+        sub.disconnect()
+    hook = "on_deliver_m5" if version == 5 else "on_deliver"
+    payload = base64.b64encode(b"original").decode()
+    asked = dict(client_id=f"wh-deliver-{version}", topic="deliver/rewrite", qos=1, payload=payload)
+    assert service.count(hook, **asked) == 1
+
+
+def test_on_offline_message_tells_what_is_queued(node: Node, service: HookService) -> None:
+    away = Client("wh-away", node.mqtt_port, 4, clean=False).connect()
+    away.subscribe("away/#", qos=1)
+    away.disconnect()
+    wait_for(lambda: service.count("on_client_offline", client_id="wh-away"), 10, what="offline")
+    pub = Client("wh-away-pub", node.mqtt_port, 4).connect()
+    try:
+        pub.publish("away/a", b"while you were out", qos=1, tag=1)
+        wait_for(lambda: pub.acked == [1], 10, what="the PUBACK")
+    finally:
+        pub.disconnect()
+    payload = base64.b64encode(b"while you were out").decode()
+    match = dict(client_id="wh-away", mountpoint="", topic="away/a", qos=1, payload=payload)
+    wait_for(lambda: service.count("on_offline_message", **match), 10, what="on_offline_message")
+    back = Client("wh-away", node.mqtt_port, 4, clean=False).connect()
+    try:
+        assert [m.payload for m in back.take(1)] == [b"while you were out"]
+    finally:
+        back.disconnect()
+
+
+def test_register_modifiers_limit_the_session(node: Node, service: HookService) -> None:
+    c = Client("wh-limited", node.mqtt_port, 5, username="limited", password="x", reconnect=False)
+    c.connect()
+    c.publish("limited/small", b"fits", qos=1, tag=1)
+    wait_for(lambda: c.acked == [1], 10, what="the PUBACK")
+    c.publish("limited/big", b"x" * 100, qos=1, tag=2)  # over the modifier's 16 bytes
+    assert c.disconnected.wait(10)
+    assert getattr(c.disconnect_reason, "value", c.disconnect_reason) == 0x95
+    c.paho.loop_stop()
+    assert service.count("on_register_m5", client_id="wh-limited", username="renamed") == 1
+    wait_for(lambda: [r for r in refused(node, "auth_on_register_m5") if "upgrade_qos" in r], 10)
+    assert not [r for r in refused(node, "auth_on_register_m5") if "max_message_size" in r]
+
+
+def test_a_qos_modifier_changes_the_routed_qos_not_the_acknowledgement(node: Node) -> None:
+    sub = Client("wh-qos-sub", node.mqtt_port, 4).connect()
+    pub = Client("wh-qos-pub", node.mqtt_port, 4).connect()
+    try:
+        sub.subscribe("qos0/#", qos=2)
+        pub.publish("qos0/a", b"routed at qos 0", qos=2, tag=1)
+        wait_for(lambda: pub.acked == [1], 10, what="the publisher's PUBCOMP")
+        assert [(m.payload, m.qos) for m in sub.take(1)] == [(b"routed at qos 0", 0)]
+    finally:
+        pub.disconnect()
+        sub.disconnect()
+
+
+def _connect_with_auth(port: int, client_id: str, method: str, data: bytes) -> int:
+    """A v5 CONNECT naming an Authentication Method: the CONNACK's reason code."""
+    codes: list[int] = []
+    done = threading.Event()
+
+    def on_connect(c: Any, u: Any, flags: Any, rc: Any, props: Any = None) -> None:
+        codes.append(getattr(rc, "value", rc))
+        done.set()
+
+    paho = mqtt.Client(
+        CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5,
+        reconnect_on_failure=False,
+    )  # fmt: skip
+    paho.on_connect = on_connect
+    props = Properties(PacketTypes.CONNECT)
+    props.AuthenticationMethod = method
+    props.AuthenticationData = data
+    paho.connect("127.0.0.1", port, keepalive=60, properties=props)
+    paho.loop_start()
+    try:
+        assert done.wait(15), f"{client_id}: no CONNACK"
+    finally:
+        paho.disconnect()
+        paho.loop_stop()
+    return codes[0]
+
+
+def test_on_auth_m5_answers_a_clients_authentication_method(
+    node: Node, service: HookService
+) -> None:
+    assert _connect_with_auth(node.mqtt_port, "wh-auth-ok", "TEST", b"good") == 0
+    assert _connect_with_auth(node.mqtt_port, "wh-auth-bad", "TEST", b"wrong") == 0x87
+    # next: nobody else speaks the method, refused as without the hook
+    assert _connect_with_auth(node.mqtt_port, "wh-auth-next", "TEST", b"next") == 0x8C
+    good = base64.b64encode(b"good").decode()
+    props = {"p_authentication_method": "TEST", "p_authentication_data": good}
+    assert service.count("on_auth_m5", client_id="wh-auth-ok", properties=props) == 1
+    # then auth_on_register_m5 was asked too, and said next (ternmq's rules let it in)
+    assert service.count("auth_on_register_m5", client_id="wh-auth-ok") == 1
+
+
+# -- ternmq-admin webhooks register | deregister ------------------------------------------
+def admin(n: Node, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ADMIN, "--node", f"127.0.0.1:{n.http_port}", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """A node with no webhook configured and two listener processes."""
+    n = make_node(tmp_path_factory.mktemp("wh-runtime"), **{"listener.processes": "2"})
+    n.start()
+    yield n
+    assert n.stop() == 0, n.output()
+
+
+def _refused_connects(n: Node, user: str, count: int) -> int:
+    """How many of ``count`` connections (spread over the listener processes by the
+    kernel) the node refuses."""
+    refusals = 0
+    for i in range(count):
+        c = Client(f"wh-rt-{user}-{i}", n.mqtt_port, 4, username=user, password="x",
+                   reconnect=False)  # fmt: skip
+        c.connect(expect_ok=False)
+        refusals += bool(c.reason_code.is_failure)
+        c.paho.disconnect()
+        c.paho.loop_stop()
+    return refusals
+
+
+def test_webhooks_registered_at_run_time_apply_to_every_listener_process(
+    bare: Node, service: HookService
+) -> None:
+    url = f"http://127.0.0.1:{service.port}/hooks"
+    assert _refused_connects(bare, "bad", 4) == 0  # no hook yet
+    done = admin(bare, "webhooks", "register", "hook=auth_on_register", f"endpoint={url}")
+    assert (done.returncode, done.stdout.strip()) == (0, "Done"), done.stderr
+    again = admin(bare, "webhooks", "register", "hook=auth_on_register", f"endpoint={url}")
+    assert again.returncode == 1 and "already_registered" in again.stderr
+    shown = json.loads(admin(bare, "--json", "webhooks", "show").stdout)
+    assert shown == [
+        {
+            "hook": "auth_on_register",
+            "endpoint": url,
+            "name": "",
+            "base64_payload": True,
+            "source": "runtime",
+        }
+    ]
+    table = admin(bare, "webhooks", "show").stdout
+    assert "auth_on_register" in table and "runtime" in table
+    before = service.count("auth_on_register", username="bad")
+    assert _refused_connects(bare, "bad", 8) == 8  # whichever process took it
+    assert service.count("auth_on_register", username="bad") == before + 8
+    off = admin(bare, "webhooks", "deregister", "hook=auth_on_register", f"endpoint={url}")
+    assert off.returncode == 0, off.stderr
+    assert _refused_connects(bare, "bad", 4) == 0
+    assert json.loads(admin(bare, "--json", "webhooks", "show").stdout) == []
+    gone = admin(bare, "webhooks", "deregister", "hook=auth_on_register", f"endpoint={url}")
+    assert gone.returncode == 1 and "not_found" in gone.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["hook=on_nothing", "endpoint=http://127.0.0.1:1/x"], "unknown hook"),
+        (["hook=on_publish", "endpoint=127.0.0.1:1/x"], "invalid endpoint"),
+        (
+            ["hook=on_publish", "endpoint=http://127.0.0.1:1/x", "base64_payload=maybe"],
+            "true or false",
+        ),
+        (["hook=on_publish"], "endpoint="),
+    ],
+)
+def test_a_bad_registration_says_why_and_fails(bare: Node, args: list[str], said: str) -> None:
+    out = admin(bare, "webhooks", "register", *args)
+    assert out.returncode != 0 and said in out.stderr, (out.returncode, out.stderr)
+
+
+def test_runtime_registrations_end_with_the_node(
+    tmp_path_factory: pytest.TempPathFactory, service: HookService
+) -> None:
+    url = f"http://127.0.0.1:{service.port}/hooks"
+    n = make_node(
+        tmp_path_factory.mktemp("wh-restart"),
+        **{"webhooks.c.hook": "on_publish", "webhooks.c.endpoint": url},
+    )
+    n.start()
+    try:
+        ok = admin(n, "webhooks", "register", "hook=on_deliver", f"endpoint={url}",
+                   "--base64payload=false")  # fmt: skip
+        assert ok.returncode == 0, ok.stderr
+        rows = json.loads(admin(n, "--json", "webhooks", "show").stdout)
+        assert [(r["hook"], r["source"], r["base64_payload"]) for r in rows] == [
+            ("on_publish", "config", True),
+            ("on_deliver", "runtime", False),
+        ]
+        # base64_payload=false: the hook sees the payload as text
+        sub = Client("wh-rt-sub", n.mqtt_port, 4).connect()
+        pub = Client("wh-rt-pub", n.mqtt_port, 4).connect()
+        try:
+            sub.subscribe("rt/#", qos=1)
+            pub.publish("rt/a", b"plain text", qos=1)
+            sub.take(1)
+        finally:
+            pub.disconnect()
+            sub.disconnect()
+        assert service.count("on_deliver", client_id="wh-rt-sub", payload="plain text") == 1
+        assert n.stop() == 0, n.output()
+        n.start()
+        rows = json.loads(admin(n, "--json", "webhooks", "show").stdout)
+        assert [(r["hook"], r["source"]) for r in rows] == [("on_publish", "config")]
+    finally:
+        assert n.stop() == 0, n.output()

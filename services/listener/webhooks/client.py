@@ -4,10 +4,15 @@ on every call, and the ``cache-control: max-age`` cache of ``ok`` answers.
 The calls run on the event loop (``aiohttp``): a connection waiting for a hook has its
 reading paused and costs nothing meanwhile, and no thread is blocked. Endpoints of one
 hook are asked in the order they are configured until one says ``ok`` or refuses.
+
+The endpoints can change while the process runs (``ternmq-admin webhooks register``,
+see ``runtime``): the whole set is swapped at once, and the cache emptied so that a
+deregistered endpoint's answers stop counting.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -17,7 +22,15 @@ import aiohttp
 
 from services.common import log
 from services.common.config import Config
-from services.listener.webhooks.spec import AUTH_HOOKS, NEXT, Decision, cache_key, parse_reply
+from services.listener.webhooks import runtime
+from services.listener.webhooks.spec import (
+    AUTH_HOOKS,
+    CACHED_HOOKS,
+    NEXT,
+    Decision,
+    cache_key,
+    parse_reply,
+)
 
 CACHE_MAX = 100_000  # answers kept; the oldest go first
 
@@ -28,6 +41,27 @@ class Endpoint:
     hook: str
     url: str
     base64_payload: bool = True
+    source: str = "config"  # or "runtime": ternmq-admin webhooks register
+
+    def row(self) -> dict[str, Any]:
+        """As ``webhooks show`` and the runtime file have it."""
+        return {
+            "hook": self.hook,
+            "endpoint": self.url,
+            "name": self.name,
+            "base64_payload": self.base64_payload,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Endpoint:
+        return cls(
+            str(row.get("name", "")),
+            str(row["hook"]),
+            str(row["endpoint"]),
+            bool(row.get("base64_payload", True)),
+            str(row.get("source", "config")),
+        )
 
 
 def endpoints(config: Config) -> list[Endpoint]:
@@ -51,26 +85,48 @@ class Webhooks:
         pool_max_connections: int = 100,
         pool_timeout: float = 60.0,
     ) -> None:
+        self.cache: OrderedDict[str, tuple[float, Decision]] = OrderedDict()
         self.by_hook: dict[str, list[Endpoint]] = {}
-        for ep in hooks:
-            self.by_hook.setdefault(ep.hook, []).append(ep)
+        self.set_endpoints(hooks)
         self.timeout = timeout
         self.pool_max_connections = pool_max_connections
         self.pool_timeout = pool_timeout
-        self.cache: OrderedDict[str, tuple[float, Decision]] = OrderedDict()
         self.calls = 0
         self.cache_hits = 0
         self.failures = 0
         self._session: aiohttp.ClientSession | None = None
+        self._warned: set[tuple[str, str]] = set()  # (hook, modifier) logged as ignored
+        self.watcher: runtime.Watcher | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> Webhooks:
-        return cls(
+        """The configured webhooks, then the node's runtime registrations, watched for
+        changes while the event loop runs (a listener process)."""
+        hooks = cls(
             endpoints(config),
             config["webhooks.timeout"],
             config["webhooks.pool_max_connections"],
             config["webhooks.pool_timeout"],
         )
+        hooks.watcher = runtime.Watcher(runtime.runtime_path(config), hooks.apply_rows)
+        hooks.watcher.check()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return hooks  # not a listener process: nothing to watch with
+        hooks.watcher.start()
+        return hooks
+
+    def set_endpoints(self, hooks: list[Endpoint]) -> None:
+        """Swap the whole set (a registration or deregistration at run time)."""
+        by_hook: dict[str, list[Endpoint]] = {}
+        for ep in hooks:
+            by_hook.setdefault(ep.hook, []).append(ep)
+        self.by_hook = by_hook
+        self.cache.clear()
+
+    def apply_rows(self, rows: list[dict[str, Any]]) -> None:
+        self.set_endpoints([Endpoint.from_row(r) for r in rows])
 
     def has(self, hook: str) -> bool:
         return hook in self.by_hook
@@ -96,13 +152,15 @@ class Webhooks:
         return self._session
 
     async def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
         if self._session is not None:
             await self._session.close()
 
     async def ask(self, hook: str, body: dict[str, Any]) -> Decision:
         """The hook's decision: the first endpoint that does not say ``next``; ``next``
         when all do (or none is configured)."""
-        key = cache_key(hook, body) if hook in AUTH_HOOKS else ""
+        key = cache_key(hook, body) if hook in CACHED_HOOKS else ""
         if key:
             hit = self.cache.get(key)
             if hit is not None and hit[0] > time.monotonic():
@@ -165,6 +223,20 @@ class Webhooks:
         if eps:
             self._failed(eps[0], f"modifiers: {reason}")
 
+    def ignored(self, hook: str, modifier: str, why: str) -> None:
+        """A modifier ternmq accepts but cannot apply: said once per process and hook."""
+        if (hook, modifier) in self._warned:
+            return
+        self._warned.add((hook, modifier))
+        eps = self.by_hook.get(hook)
+        log.emit(
+            "webhook.failed",
+            "warning",
+            hook=hook,
+            endpoint=eps[0].url if eps else "",
+            reason=f"modifier {modifier} ignored: {why}",
+        )
+
     def _failed(self, ep: Endpoint, reason: str) -> None:
         self.failures += 1
         log.emit(
@@ -177,13 +249,4 @@ class Webhooks:
 
     def show(self) -> list[dict[str, object]]:
         """The registered webhooks, as ``ternmq-admin webhooks show`` lists them."""
-        return [
-            {
-                "hook": ep.hook,
-                "endpoint": ep.url,
-                "name": ep.name,
-                "base64_payload": ep.base64_payload,
-            }
-            for eps in self.by_hook.values()
-            for ep in eps
-        ]
+        return [ep.row() for eps in self.by_hook.values() for ep in eps]

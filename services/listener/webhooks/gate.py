@@ -7,8 +7,11 @@ everything after it (:meth:`ConnectionHooks.wants`), while :meth:`ConnectionHook
 asks. The answer is kept for that packet: the session's synchronous ``authenticate``,
 ``authorize_publish`` and ``authorize_subscribe`` calls find it. Modifiers rewrite the
 packet before the session sees it: a publish's topic, payload and retain flag, a
-subscription's filters and QoS (128 or 135 refuses one filter). A hook that fails
-(timeout, HTTP error) refuses, and ``webhook.failed`` says why.
+subscription's filters and QoS (128 or 135 refuses one filter), a CONNECT's client id,
+user name, clean flag and session limits (``connect``). A publish's ``qos`` modifier
+cannot rewrite the packet (the client's acknowledgement follows the QoS it sent): it is
+kept here and applied to the routed message (:meth:`ConnectionHooks.routed`). A hook
+that fails (timeout, HTTP error) refuses, and ``webhook.failed`` says why.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from services.listener.mqtt.codes import ReasonCode
 from services.listener.mqtt.types import Connect, Packet, Publish, Subscribe
 from services.listener.session.auth import Authorizer
+from services.listener.session.messages import Message
+from services.listener.webhooks import connect
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.spec import (
     REFUSED_QOS,
@@ -27,7 +31,7 @@ from services.listener.webhooks.spec import (
     hook_name,
     payload_modifier,
     publish_body,
-    register_body,
+    qos_modifier,
     subscribe_body,
     subscribe_modifier,
 )
@@ -42,8 +46,11 @@ class ConnectionHooks:
         self.decided: Packet | None = None  # the packet the decisions below are for
         self.asking = False  # a hook call is on its way
         self.task: asyncio.Task[Packet] | None = None  # that call (the connection's)
-        self.connect: bool | None = None  # auth_on_register: None = ternmq decides
+        self.connect: int | None = None  # the CONNECT's reason code; None = ternmq decides
         self.publish: tuple[str, bool] | None = None  # (topic, allowed)
+        self.publish_qos: int | None = None  # auth_on_publish's qos modifier, until routed
+        self.allow_publish = True  # auth_on_register's allow_publish / allow_subscribe
+        self.allow_subscribe = True
         self.subscribe: dict[str, bool] = {}  # filter -> allowed (absent: ternmq decides)
 
     def wants(self, pkt: Packet, proto_ver: int) -> bool:
@@ -51,7 +58,9 @@ class ConnectionHooks:
         if pkt is self.decided:
             return False
         if isinstance(pkt, Connect):
-            return self.webhooks.has(hook_name("auth_on_register", pkt.protocol_version))
+            return self.webhooks.has(
+                hook_name("auth_on_register", pkt.protocol_version)
+            ) or connect.wants_auth(self.webhooks, pkt)
         if isinstance(pkt, Publish):
             return self.webhooks.has(hook_name("auth_on_publish", proto_ver))
         if isinstance(pkt, Subscribe):
@@ -72,18 +81,7 @@ class ConnectionHooks:
     async def _decide(self, pkt: Packet, s: Any, peer: str) -> Packet:
         hooks = self.webhooks
         if isinstance(pkt, Connect):
-            hook = hook_name("auth_on_register", pkt.protocol_version)
-            body = register_body(
-                pkt.protocol_version,
-                peer,
-                s.mountpoint,
-                pkt.client_id,
-                pkt.username,
-                pkt.password,
-                pkt.clean_start,
-            )
-            d = await hooks.ask(hook, body)
-            self.connect = None if d.result == "next" else d.result == "ok"
+            await self._connect(pkt, s, peer)
             return pkt
         version = s.protocol_version
         if isinstance(pkt, Publish):
@@ -95,9 +93,16 @@ class ConnectionHooks:
                 pkt.retain, b64,
             )  # fmt: skip
             d = await hooks.ask(hook, body)
+            self.publish_qos = None
             if d.result == "ok":
-                self._rewrite_publish(pkt, d, b64)
-                topic = self._topic(pkt, s)
+                qos = qos_modifier(d.modifiers)
+                if isinstance(qos, str):
+                    hooks.invalid(hook, qos)
+                    d = Decision("error", reason=qos)
+                else:
+                    self.publish_qos = qos
+                    self._rewrite_publish(pkt, d, b64)
+                    topic = self._topic(pkt, s)
             self.publish = None if d.result == "next" else (topic, d.result == "ok")
             return pkt
         assert isinstance(pkt, Subscribe)
@@ -127,6 +132,28 @@ class ConnectionHooks:
             new.append(replace(sub, topic_filter=f, qos=sub.qos if refused else qos))
         return replace(pkt, subscriptions=tuple(new))
 
+    async def _connect(self, pkt: Connect, s: Any, peer: str) -> None:
+        hooks = self.webhooks
+        self.connect = None
+        if connect.wants_auth(hooks, pkt):
+            self.connect = await connect.enhanced_auth(hooks, pkt, s)
+            if self.connect is None or self.connect != 0:
+                return  # next (the session refuses the method) or refused
+        if not hooks.has(hook_name("auth_on_register", pkt.protocol_version)):
+            return  # accepted by on_auth_m5 alone
+        code, mods = await connect.register(hooks, pkt, s, peer)
+        if code is not None or self.connect is None:
+            self.connect = code
+        if mods is not None:
+            self.allow_publish, self.allow_subscribe = mods.allow_publish, mods.allow_subscribe
+
+    def routed(self, msg: Message) -> None:
+        """The publish the hook answered for is routed: its ``qos`` modifier applies."""
+        qos = self.publish_qos
+        if qos is not None:
+            self.publish_qos = None
+            msg.qos = qos
+
     @staticmethod
     def _topic(pkt: Publish, s: Any) -> str:
         """The publish's topic, through its v5 Topic Alias (the aliases of the packets
@@ -152,11 +179,13 @@ class ConnectionHooks:
     ) -> int:
         if self.connect is None:
             return self.inner.authenticate(client_id, username, password, peer)
-        return 0 if self.connect else int(ReasonCode.NOT_AUTHORIZED)
+        return self.connect
 
     def authorize_publish(
         self, client_id: str, username: str | None, mountpoint: str, topic: str
     ) -> bool:
+        if not self.allow_publish:
+            return False
         decided = self.publish
         if decided is not None and decided[0] == topic:
             self.publish = None
@@ -166,6 +195,8 @@ class ConnectionHooks:
     def authorize_subscribe(
         self, client_id: str, username: str | None, mountpoint: str, topic_filter: str
     ) -> bool:
+        if not self.allow_subscribe:
+            return False
         allowed = self.subscribe.pop(topic_filter, None)
         if allowed is not None:
             return allowed

@@ -1,6 +1,8 @@
 """VerneMQ's notification webhooks: ``on_register``, ``on_client_wakeup``,
-``on_publish``, ``on_subscribe``, ``on_unsubscribe``, ``on_client_offline`` and
-``on_client_gone`` (and the ``_m5`` forms of the first four, for MQTT 5 clients).
+``on_publish``, ``on_subscribe``, ``on_unsubscribe``, ``on_client_offline``,
+``on_client_gone`` and ``on_offline_message`` (and the ``_m5`` forms of the first four,
+for MQTT 5 clients); and the factory of a subscriber's ``on_deliver`` (``deliver``),
+the one of these whose answer counts.
 
 They tell the user's service what happened; their answers change nothing (an
 ``on_unsubscribe`` rewrite is not applied). Each call is a task of its own: the client
@@ -10,17 +12,22 @@ past that a notification is dropped and counted rather than queued without bound
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.common import log
 from services.common.background import Background
 from services.listener.webhooks.client import Webhooks
+from services.listener.webhooks.deliver import DeliverHook
 from services.listener.webhooks.spec import (
     hook_name,
+    offline_message_body,
     publish_body,
     registered_body,
     subscribe_body,
 )
+
+if TYPE_CHECKING:
+    from services.listener.executor import ActionExecutor
 
 MAX_PENDING = 10_000
 
@@ -110,6 +117,26 @@ class Notifier:
     def ended(self, mountpoint: str, client_id: str, persistent: bool) -> None:
         hook = "on_client_offline" if persistent else "on_client_gone"
         self.send(hook, 4, {"mountpoint": mountpoint, "client_id": client_id})
+
+    def offline_message(
+        self, mountpoint: str, client_id: str, qos: int, topic: str, payload: bytes, retain: bool
+    ) -> None:
+        """A message was queued for an offline persistent session."""
+        hook = "on_offline_message"
+        if self.webhooks.has(hook):
+            b64 = self.webhooks.base64_payload(hook)
+            body = offline_message_body(mountpoint, client_id, qos, topic, payload, retain, b64)
+            self.send(hook, 4, body)
+
+    def deliver_hook(
+        self, executor: ActionExecutor, proto_ver: int, username: str | None
+    ) -> DeliverHook | None:
+        """The subscriber's ``on_deliver`` (``_m5`` for MQTT 5), None when none is
+        registered: then its deliveries pay nothing for it."""
+        hook = hook_name("on_deliver", proto_ver)
+        if not self.webhooks.has(hook):
+            return None
+        return DeliverHook(self.webhooks, self.pending, hook, executor, username)
 
 
 _VERSIONED = {"on_register", "on_publish", "on_subscribe", "on_unsubscribe"}

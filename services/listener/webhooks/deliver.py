@@ -1,0 +1,117 @@
+"""``on_deliver`` / ``on_deliver_m5``: each message for a subscriber is shown to the hook
+before it is delivered, and the answer may rewrite its topic and payload (VerneMQ's
+``topic`` and ``payload`` modifiers; the _m5 form's ``properties`` is not applied).
+
+Theory of operation: the executor hands a delivery to :meth:`DeliverHook.push` instead
+of to its session (one attribute check when no hook is registered: the executor's
+``deliver_hook`` is None). Each delivery is asked for at once (calls are concurrent),
+and released to the session in the order it arrived, as soon as it and every earlier
+one are answered: a slow answer holds the later messages back, never reorders them.
+While they wait they count in the subscriber's backlog (``appending``), so flow control
+holds a fast publisher back as it would for a slow client.
+
+An answer that fails (timeout, error, ``next``) delivers the message unchanged, as
+VerneMQ does; a modifier that cannot be applied does too, and is logged.
+
+Worked example: messages A, B, C; B's answer comes first (topic rewritten to ``x``),
+then A's, then C's: A is delivered when its answer comes, B (as ``x``) right after it,
+then C.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from services.common.background import Background
+from services.listener.session.messages import OutboundMessage
+from services.listener.webhooks.client import Webhooks
+from services.listener.webhooks.spec import (
+    UNAPPLIED_DELIVER_MODIFIERS,
+    deliver_body,
+    deliver_modifiers,
+)
+
+if TYPE_CHECKING:
+    from services.listener.executor import ActionExecutor
+
+
+class _Waiting:
+    __slots__ = ("answered", "out")
+
+    def __init__(self, out: OutboundMessage) -> None:
+        self.out = out
+        self.answered = False
+
+
+class DeliverHook:
+    """One subscriber's ``on_deliver``: deliveries in order, each after its answer."""
+
+    def __init__(
+        self,
+        webhooks: Webhooks,
+        pending: Background,
+        hook: str,
+        executor: ActionExecutor,
+        username: str | None,
+    ) -> None:
+        self.webhooks = webhooks
+        self.pending = pending  # the process's notification tasks (bugs logged, not lost)
+        self.hook = hook
+        self.executor = executor
+        self.username = username
+        self.queue: deque[_Waiting] = deque()
+
+    def push(self, out: OutboundMessage) -> None:
+        ex = self.executor
+        if not self.queue and not self.webhooks.has(self.hook):
+            ex.deliver_hooked(out)  # deregistered since this client connected
+            return
+        entry = _Waiting(out)
+        self.queue.append(entry)
+        ex.appending += 1  # in its backlog while the hook is asked
+        sid = ex.sid or ("", "")
+        msg = out.message
+        b64 = self.webhooks.base64_payload(self.hook)
+        body = deliver_body(
+            sid[0], sid[1], self.username, msg.topic, out.qos, msg.payload, out.retain, b64
+        )
+        self.pending.spawn(self._ask(entry, body, b64), f"webhook-{self.hook}")
+
+    async def _ask(self, entry: _Waiting, body: dict[str, object], b64: bool) -> None:
+        try:
+            decision = await self.webhooks.ask(self.hook, body)
+            if decision.result == "ok" and decision.modifiers:
+                entry.out = self._modified(entry.out, decision.modifiers, b64)
+        finally:
+            entry.answered = True
+            self._release()
+
+    def _modified(
+        self, out: OutboundMessage, mods: dict[str, object], b64: bool
+    ) -> OutboundMessage:
+        for name in UNAPPLIED_DELIVER_MODIFIERS:
+            if name in mods:
+                self.webhooks.ignored(self.hook, name, "not applied to a delivery")
+        change = deliver_modifiers(dict(mods), b64)
+        if isinstance(change, str):
+            self.webhooks.invalid(self.hook, change)
+            return out
+        topic, payload = change
+        if topic is None and payload is None:
+            return out
+        msg = out.message
+        new = replace(
+            msg,
+            topic=msg.topic if topic is None else topic,
+            payload=msg.payload if payload is None else payload,
+        )  # a copy: the message is shared by every subscriber it goes to
+        return replace(out, message=new)
+
+    def _release(self) -> None:
+        queue = self.queue
+        ex = self.executor
+        while queue and queue[0].answered:
+            ex.appending -= 1
+            ex.deliver_hooked(queue.popleft().out)
