@@ -215,12 +215,23 @@ class ActionExecutor:
         self._resume_buffer = None
         self.resuming = False
         now = time.time()
-        self.execute(self.session.resume(queued, inbound, pubrel, now))
-        for out in buffered:
-            if self.deliver_hook is not None:
-                self.deliver_hook.push(out)
-            else:
+        hook = self.deliver_hook
+        if hook is None:
+            self.execute(self.session.resume(queued, inbound, pubrel, now))
+            for out in buffered:
                 self.execute(self.session.deliver(out, now))
+            return
+        # on_deliver asks for the replayed messages too: the session restores the QoS 2
+        # state now (a PUBREL-only entry is no delivery), the rest follow their answers
+        # in order, with the packet ids of their seqs as a plain resume gives them.
+        released = set(pubrel)
+        kept = [o for o in queued if o.seq is not None and o.seq in released]
+        self.execute(self.session.resume(kept, inbound, pubrel, now))
+        for out in queued:
+            if out.seq is None or out.seq not in released:
+                hook.push(out)
+        for out in buffered:
+            hook.push(out)
 
     def routed(self, token: int, reason_code: int, reason: str = "store unavailable") -> None:
         if self.session is None or self.closed:

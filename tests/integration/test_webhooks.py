@@ -334,6 +334,31 @@ def test_on_deliver_rewrites_what_each_subscriber_gets(
     assert service.count(hook, **asked) == 1
 
 
+def test_on_deliver_asks_for_the_offline_queue_too(node: Node, service: HookService) -> None:
+    away = Client("wh-replay", node.mqtt_port, 4, clean=False).connect()
+    away.subscribe("deliver/#", qos=1)
+    away.disconnect()
+    wait_for(lambda: service.count("on_client_offline", client_id="wh-replay"), 10)
+    pub = Client("wh-replayer", node.mqtt_port, 4).connect()
+    try:
+        for i, topic in enumerate(("deliver/plain", "deliver/rewrite", "deliver/plain")):
+            pub.publish(topic, f"m{i}".encode(), qos=1, tag=i)
+        wait_for(lambda: len(pub.acked) == 3, 10, what="3 PUBACKs")
+    finally:
+        pub.disconnect()
+    back = Client("wh-replay", node.mqtt_port, 4, clean=False).connect()
+    try:
+        got = [(m.topic, m.payload) for m in back.take(3)]
+    finally:
+        back.disconnect()
+    assert got == [
+        ("deliver/plain", b"m0"),
+        ("delivered/t", b"for wh-replay"),
+        ("deliver/plain", b"m2"),
+    ]
+    assert service.count("on_deliver", client_id="wh-replay") == 3
+
+
 def test_on_offline_message_tells_what_is_queued(node: Node, service: HookService) -> None:
     away = Client("wh-away", node.mqtt_port, 4, clean=False).connect()
     away.subscribe("away/#", qos=1)
@@ -503,6 +528,28 @@ def test_webhooks_registered_at_run_time_apply_to_every_listener_process(
 def test_a_bad_registration_says_why_and_fails(bare: Node, args: list[str], said: str) -> None:
     out = admin(bare, "webhooks", "register", *args)
     assert out.returncode != 0 and said in out.stderr, (out.returncode, out.stderr)
+
+
+def test_a_dead_on_deliver_endpoint_delivers_unchanged(bare: Node) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/nobody"
+    assert (
+        admin(bare, "webhooks", "register", "hook=on_deliver", f"endpoint={dead}").returncode == 0
+    )
+    try:
+        sub = Client("wh-dead-sub", bare.mqtt_port, 4).connect()
+        pub = Client("wh-dead-pub", bare.mqtt_port, 4).connect()
+        try:
+            sub.subscribe("dead/#", qos=1)
+            for i in range(3):
+                pub.publish(f"dead/{i}", f"m{i}".encode(), qos=i % 2)
+            got = [(m.topic, m.payload) for m in sub.take(3)]
+        finally:
+            pub.disconnect()
+            sub.disconnect()
+        assert got == [("dead/0", b"m0"), ("dead/1", b"m1"), ("dead/2", b"m2")]
+        wait_for(lambda: refused(bare, "on_deliver"), 10, what="webhook.failed")
+    finally:
+        admin(bare, "webhooks", "deregister", "hook=on_deliver", f"endpoint={dead}")
 
 
 def test_runtime_registrations_end_with_the_node(

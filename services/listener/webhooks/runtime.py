@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from services.common import log
 from services.common.config import Config
 from services.listener.webhooks.spec import check_registration
 
@@ -114,8 +115,13 @@ class Watcher:
         if loaded is None:
             return False
         self.seen = stamp
-        self.generation, eps = loaded
-        self.apply(eps)
+        generation, eps = loaded
+        try:
+            self.apply(eps)
+        except (KeyError, TypeError, ValueError) as exc:  # a hand-edited file
+            log.emit("internal.error", "error", op="webhooks.runtime", reason=repr(exc))
+            return False
+        self.generation = generation
         with contextlib.suppress(OSError):
             ack_path(self.path, os.getpid()).write_text(str(self.generation), encoding="utf-8")
         return True
