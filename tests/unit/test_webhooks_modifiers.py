@@ -306,7 +306,7 @@ def test_a_bad_qos_modifier_refuses_the_publish() -> None:
 # -- on_deliver: in order, each after its answer ---------------------------------------
 class _Executor:
     def __init__(self) -> None:
-        self.sid = ("", "sub")
+        self.sid: tuple[str, str] | None = ("", "sub")
         self.appending = 0
         self.delivered: list[tuple[str, bytes]] = []
 
@@ -333,7 +333,7 @@ def test_deliveries_wait_for_their_answers_and_keep_their_order() -> None:
         ex = _Executor()
         hooks = _Slow({"a": 0.2, "b": 0.0}, {"b": {"topic": "x", "payload": "eA=="}})
         pending = Background()
-        hook = DeliverHook(hooks, pending, "on_deliver", ex, "u")  # type: ignore[arg-type]
+        hook = DeliverHook(hooks, pending, "on_deliver", ex, "u")
         shared = Message("m", "a", b"1", 1, False, "pub", "", 0.0)
         for topic in ("a", "b", "c"):
             msg = Message("m", topic, b"1", 1, False, "pub", "", 0.0)

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from services.common.background import Background
+from services.common.session_key import SessionKey
 from services.listener.session.messages import OutboundMessage
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.spec import (
@@ -33,8 +34,14 @@ from services.listener.webhooks.spec import (
     deliver_modifiers,
 )
 
-if TYPE_CHECKING:
-    from services.listener.executor import ActionExecutor
+
+class Subscriber(Protocol):
+    """The executor, as the hook sees it."""
+
+    sid: SessionKey | None
+    appending: int  # deliveries on their way, counted in its backlog
+
+    def deliver_hooked(self, out: OutboundMessage) -> None: ...
 
 
 class _Waiting:
@@ -53,7 +60,7 @@ class DeliverHook:
         webhooks: Webhooks,
         pending: Background,
         hook: str,
-        executor: ActionExecutor,
+        executor: Subscriber,
         username: str | None,
     ) -> None:
         self.webhooks = webhooks

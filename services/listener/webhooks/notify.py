@@ -12,12 +12,12 @@ past that a notification is dropped and counted rather than queued without bound
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.common import log
 from services.common.background import Background
 from services.listener.webhooks.client import Webhooks
-from services.listener.webhooks.deliver import DeliverHook
+from services.listener.webhooks.deliver import DeliverHook, Subscriber
 from services.listener.webhooks.spec import (
     hook_name,
     offline_message_body,
@@ -25,9 +25,6 @@ from services.listener.webhooks.spec import (
     registered_body,
     subscribe_body,
 )
-
-if TYPE_CHECKING:
-    from services.listener.executor import ActionExecutor
 
 MAX_PENDING = 10_000
 
@@ -129,7 +126,7 @@ class Notifier:
             self.send(hook, 4, body)
 
     def deliver_hook(
-        self, executor: ActionExecutor, proto_ver: int, username: str | None
+        self, executor: Subscriber, proto_ver: int, username: str | None
     ) -> DeliverHook | None:
         """The subscriber's ``on_deliver`` (``_m5`` for MQTT 5), None when none is
         registered: then its deliveries pay nothing for it."""

@@ -5,7 +5,9 @@ Every hook is a ``POST`` with the header ``vernemq-hook: NAME`` and a JSON body;
 endpoint answers 200 with a JSON body. For the auth hooks:
 
 - ``{"result": "ok"}`` allows, optionally with ``modifiers`` (a publish's ``topic``,
-  ``payload``, ``retain``; a subscription's ``topics``);
+  ``payload``, ``retain``, ``qos``; a subscription's ``topics``; a register's session
+  modifiers, :func:`register_modifiers`; on_auth_m5's ``reason_code`` and
+  ``properties``);
 - ``{"result": "next"}`` leaves the decision to the next endpoint of the hook, then to
   ternmq's own rules (password file, ACL, ``allow_anonymous``);
 - ``{"result": {"error": …}}`` refuses.
@@ -14,6 +16,10 @@ Anything else (a status other than 200, a body that does not parse, no answer wi
 ``webhooks.timeout``) refuses too: a hook that cannot be asked must not let a client in.
 A ``cache-control: max-age=N`` header on an ``ok`` keeps the answer for N seconds, keyed
 by the whole request body (a publish's without its payload), as VerneMQ does.
+
+``on_deliver`` answers like an auth hook, but only its ``topic`` and ``payload``
+modifiers count, and anything but ``ok`` delivers the message unchanged; the
+notification hooks' answers are not read.
 """
 
 from __future__ import annotations
