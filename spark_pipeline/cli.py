@@ -73,6 +73,9 @@ def etl() -> None:
 @click.option("--driver-memory", default="4g", show_default=True, help="Local mode heap.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option(
+    "--full", is_flag=True, help="Forget earlier runs: read every log file from the start."
+)
 def run(
     logs: Path,
     out: Path,
@@ -81,8 +84,13 @@ def run(
     driver_memory: str,
     as_json: bool,
     quiet: bool,
+    full: bool,
 ) -> None:
-    """Read the logs and write every table under --out."""
+    """Read what is new in the logs and bring every table under --out up to date.
+
+    Only files that are new or grew since the last run into --out are read (see
+    docs/analytics.md, "Incremental runs"); the tables are those a full run would write.
+    """
     from spark_pipeline.expect import ExpectError, load_expectations
     from spark_pipeline.extract import find_log_files
     from spark_pipeline.jobs import run_etl
@@ -101,7 +109,9 @@ def run(
 
     try:
         with _spark(master, driver_memory, quiet) as spark:
-            summary = run_etl(logs, out, spark=spark, expect=expectations, progress=progress)
+            summary = run_etl(
+                logs, out, spark=spark, expect=expectations, progress=progress, full=full
+            )
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:

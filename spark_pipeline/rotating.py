@@ -44,5 +44,9 @@ class RotatingWriter:
         self.path.rename(self.path.with_name(f"{self.path.name}.1"))
         self._fh, self.size = self.path.open("w", encoding="utf-8"), 0
 
+    def flush(self) -> None:
+        """Make what was written visible to readers (a run between two writes)."""
+        self._fh.flush()
+
     def close(self) -> None:
         self._fh.close()

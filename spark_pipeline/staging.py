@@ -1,0 +1,240 @@
+"""The staged events: every parsed line kept as typed Parquet, so JSON is parsed once.
+
+Theory of operation. A run parses only its new chunks (see ``manifest``) and appends
+their valid lines to ``OUT/_staging/events``, partitioned by ``date``, with the line's
+place in the logs as three numbers: ``_chunk`` (the manifest's chunk id), ``_block``
+(the split's offset in what Spark read) and ``_row`` (grows with the line inside a
+split). ``staged_events`` turns these into the ``_lk`` order key every transform sorts
+by: the file rank is the chunk's place by (chain, chunk id), so the same lines order the
+same whether they were read in one run or over several.
+
+A chunk that is a whole rotated file is read in place; any other (the live file, which
+may still grow, or the tail of a file read before) is first copied, byte range exact,
+into ``OUT/_staging/incoming`` so that Spark reads exactly the planned bytes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from services.common.events import EVENTS
+from spark_pipeline.extract import line_key, rotation_of, scan_path
+from spark_pipeline.manifest import ChunkInfo
+from spark_pipeline.schemas import CORRUPT_COLUMN, LINE_SCHEMA
+from spark_pipeline.transforms.common import day
+
+STAGING: Final = "_staging"
+SAMPLES: Final = 5
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A corrupt line: where it is (``line`` 0 when it cannot be found) and its start."""
+
+    path: str
+    line: int
+    text: str
+
+
+def events_dir(out: Path) -> Path:
+    return out / STAGING / "events"
+
+
+def _source(chunk: ChunkInfo, incoming: Path) -> Path:
+    """The file Spark reads for ``chunk``: the log itself, or a copy of its byte range."""
+    path = Path(chunk.path)
+    rot = rotation_of(path)
+    if chunk.start == 0 and rot is not None and rot[1] > 0 and path.stat().st_size == chunk.end:
+        return path
+    incoming.mkdir(parents=True, exist_ok=True)
+    target = incoming / f"{chunk.id}.jsonl"
+    with path.open("rb") as src, target.open("wb") as dst:
+        src.seek(chunk.start)
+        left = chunk.end - chunk.start
+        while left > 0:
+            buf = src.read(min(left, 1 << 20))
+            if not buf:
+                raise OSError(f"{path} shrank while it was read")
+            dst.write(buf)
+            left -= len(buf)
+    return target
+
+
+def _lookup(path: Column, ids: Mapping[str, int], what: str) -> Column:
+    """``ids[path]``; a path missing from it fails the job rather than mislabelling rows."""
+    pairs = [F.lit(x) for p, r in sorted(ids.items()) for x in (p, r)]
+    return F.coalesce(
+        F.create_map(*pairs)[path], F.raise_error(F.concat(F.lit(f"no {what} for "), path))
+    )
+
+
+def stage_chunks(
+    spark: SparkSession, chunks: Sequence[ChunkInfo], out: Path, columns: Sequence[str]
+) -> list[BadLine]:
+    """Parse ``chunks``, append their valid lines to the staging table, fill their stats.
+
+    Returns up to ``SAMPLES`` corrupt lines, located in their log file.
+    """
+    if not chunks:
+        return []
+    incoming = out / STAGING / "incoming"
+    sources = {c.id: _source(c, incoming) for c in chunks}
+    try:
+        df = (
+            spark.read.schema(LINE_SCHEMA)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+            .json([str(p) for p in sources.values()])
+        )
+        by_name = {str(p.resolve()): cid for cid, p in sources.items()}
+        ids = {}
+        for uri in df.inputFiles():
+            local = str(Path(scan_path(uri).removeprefix("file:")).resolve())
+            if local not in by_name:
+                raise RuntimeError(f"Spark read {uri}, which is no chunk of this run")
+            ids[scan_path(uri)] = by_name[local]
+        keep = set(columns) | {"ts", "event"}
+        raw = df.select(
+            *[F.col(c) for c in df.columns if c != "ts" and c in keep],
+            F.try_to_timestamp(F.col("ts")).alias("ts"),
+            _lookup(F.col("_metadata.file_path"), ids, "chunk").cast("int").alias("_chunk"),
+            F.col("_metadata.file_block_start").cast("long").alias("_block"),
+            F.monotonically_increasing_id().alias("_row"),
+            F.col(CORRUPT_COLUMN),
+        )
+        corrupt = F.col(CORRUPT_COLUMN).isNotNull() | F.col("ts").isNull() | F.col("event").isNull()
+        raw = raw.withColumn("_corrupt", corrupt).withColumn("date", day(F.col("ts")))
+        raw = raw.persist()
+        try:
+            _fill_stats(raw, chunks)
+            samples = (
+                raw.where(F.col("_corrupt"))
+                .select("_chunk", CORRUPT_COLUMN)
+                .limit(SAMPLES)
+                .collect()
+            )
+            (
+                raw.where(~F.col("_corrupt"))
+                .drop("_corrupt", CORRUPT_COLUMN)
+                .write.mode("append")
+                .partitionBy("date")
+                .parquet(str(events_dir(out)))
+            )
+        finally:
+            raw.unpersist()
+        by_id = {c.id: c for c in chunks}
+        return [_locate(by_id[r[0]], sources[r[0]], r[1]) for r in samples]
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+
+
+def _fill_stats(raw: DataFrame, chunks: Sequence[ChunkInfo]) -> None:
+    ok = ~F.col("_corrupt")
+
+    def count(cond: Column) -> Column:
+        return F.coalesce(F.sum(cond.cast("long")), F.lit(0)).cast("long")
+
+    rows = (
+        raw.groupBy("_chunk")
+        .agg(
+            F.count(F.lit(1)).alias("lines"),
+            count(ok).alias("events"),
+            count(F.col("_corrupt")).alias("corrupt_lines"),
+            count(ok & ~F.col("event").isin(*sorted(EVENTS))).alias("unknown_events"),
+            F.sort_array(F.collect_set(F.when(ok, F.col("schema")))).alias("schema_versions"),
+            F.unix_micros(F.min(F.when(ok, F.col("ts")))).alias("first_us"),
+            F.unix_micros(F.max(F.when(ok, F.col("ts")))).alias("last_us"),
+            F.sort_array(F.collect_set(F.when(ok, F.col("date").cast("string")))).alias("dates"),
+        )
+        .collect()
+    )
+    by_id = {c.id: c for c in chunks}
+    for r in rows:
+        c = by_id[r["_chunk"]]
+        c.lines, c.events = int(r["lines"]), int(r["events"])
+        c.corrupt_lines, c.unknown_events = int(r["corrupt_lines"]), int(r["unknown_events"])
+        c.schema_versions, c.dates = list(r["schema_versions"]), list(r["dates"])
+        c.first_us, c.last_us = r["first_us"], r["last_us"]
+
+
+def _locate(chunk: ChunkInfo, source: Path, text: str | None) -> BadLine:
+    """The corrupt line's number in its log file, found by its text in the chunk."""
+    if not text:
+        return BadLine(chunk.path, 0, "(valid JSON without a parseable ts or event)")
+    data = source.read_bytes()  # exactly the chunk's bytes: a whole file or a copy
+    at = data.find(text.encode("utf-8"))
+    if at < 0:
+        return BadLine(chunk.path, 0, text[:120])
+    with Path(chunk.path).open("rb") as fh:
+        before = fh.read(chunk.start).count(b"\n")
+    return BadLine(chunk.path, before + data.count(b"\n", 0, at) + 1, text[:120])
+
+
+def _read_staged(spark: SparkSession, out: Path, columns: Sequence[str]) -> DataFrame:
+    """The staging table, or an empty frame of its schema when no line was ever staged."""
+    where = events_dir(out)
+    if where.is_dir() and any(where.rglob("*.parquet")):
+        return spark.read.parquet(str(where))
+    fields = [f for f in LINE_SCHEMA.fields if f.name in set(columns) - {"ts"}]
+    schema = T.StructType(
+        [
+            *fields,
+            T.StructField("ts", T.TimestampType()),
+            T.StructField("_chunk", T.IntegerType()),
+            T.StructField("_block", T.LongType()),
+            T.StructField("_row", T.LongType()),
+            T.StructField("date", T.DateType()),
+        ]
+    )
+    return spark.createDataFrame([], schema)
+
+
+def drop_chunks(spark: SparkSession, out: Path, removed: Sequence[ChunkInfo]) -> None:
+    """Take the lines of ``removed`` (files no longer present) out of the staging table.
+
+    Only the dates they had lines on are rewritten: into a side directory first, then
+    each date directory is swapped in.
+    """
+    dates = sorted({d for c in removed for d in c.dates})
+    where = events_dir(out)
+    if not dates or not where.is_dir():
+        return
+    gone = [c.id for c in removed]
+    side = out / STAGING / "rewrite"
+    shutil.rmtree(side, ignore_errors=True)
+    kept = spark.read.parquet(str(where)).where(
+        F.col("date").cast("string").isin(*dates) & ~F.col("_chunk").isin(*gone)
+    )
+    kept.write.mode("overwrite").partitionBy("date").parquet(str(side))
+    for d in dates:
+        shutil.rmtree(where / f"date={d}", ignore_errors=True)
+        if (side / f"date={d}").is_dir():
+            (side / f"date={d}").rename(where / f"date={d}")
+    shutil.rmtree(side, ignore_errors=True)
+
+
+def staged_events(
+    spark: SparkSession, out: Path, chunks: Mapping[int, ChunkInfo], columns: Sequence[str]
+) -> DataFrame:
+    """The staged lines of ``chunks`` with ``_lk``, in the shape ``valid_events`` gives,
+    plus ``_date`` (the line's UTC date as text) for picking partitions."""
+    ranked = sorted(chunks.values(), key=lambda c: (c.chain, c.id))
+    rank = {c.id: i for i, c in enumerate(ranked)}
+    df = _read_staged(spark, out, columns)
+    pairs = [F.lit(x) for cid, r in sorted(rank.items()) for x in (cid, r)]
+    file_rank = F.create_map(*pairs)[F.col("_chunk")] if pairs else F.lit(None)
+    df = df.where(F.col("_chunk").isin(*rank)) if rank else df.limit(0)
+    fields = [c for c in df.columns if c not in {"_chunk", "_block", "_row", "date"}]
+    return df.select(
+        *[F.col(c) for c in fields],
+        line_key(F.col("ts"), file_rank, F.col("_block"), F.col("_row")).alias("_lk"),
+        F.col("date").cast("string").alias("_date"),
+    )
