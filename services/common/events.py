@@ -298,6 +298,17 @@ _SPECS: Final = [
         copies="int",
     ),
     _e(
+        "shared.redelivered",
+        "A shared subscription group's member lost a QoS >= 1 copy before acknowledging "
+        "it (its session ended, its node went down or could not take it): the copy went "
+        "to another member of the group (``to``), or to none when none was left.",
+        msg_id="str",
+        share="str",
+        client_id="str",
+        to="str",
+        reason="str",
+    ),
+    _e(
         "message.dropped",
         "A message was not delivered to one session, on purpose.",
         msg_id="str",

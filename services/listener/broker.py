@@ -58,7 +58,7 @@ from services.listener.routing.model import SubOptions
 from services.listener.routing.router import Router
 from services.listener.routing.shared import SharedPolicy
 from services.listener.session.actions import Ended, Register, SubscribeRequest, UnsubscribeRequest
-from services.listener.session.messages import Message, OutboundMessage
+from services.listener.session.messages import Message, OutboundMessage, Shared
 from services.listener.store_client import StoreClient
 from services.listener.wills import Wills
 from services.pb import common_pb2, forward_pb2, gossip_pb2, gossip_pb2_grpc, registry_pb2_grpc
@@ -66,6 +66,9 @@ from services.pb import common_pb2, forward_pb2, gossip_pb2, gossip_pb2_grpc, re
 _UNSPECIFIED: Final = ReasonCode.UNSPECIFIED_ERROR
 _SPLIT: Final = ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR  # valid, but not accepted now
 REASSERT_DELAY: Final = 0.5  # s: a session's subscriptions rewritten at most this often
+_NO_KEYS: Final[frozenset[SessionKey]] = frozenset()
+# Why a member drops a shared group's copy that another member may still take.
+_MEMBER_LOST: Final = frozenset({"not_connected", "session_ended", "queue_full"})
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests stand in for it (test_conn_memory)
@@ -157,6 +160,7 @@ class Broker:
             settings.forward_queue,
             settings.forward_timeout,
             self._forward_dropped,
+            self._forward_lost,
         )
 
     # -- helpers -------------------------------------------------------------------
@@ -182,6 +186,10 @@ class Broker:
 
     def ended(self, client: ClientPort, action: Ended) -> None:
         self.lifecycle.ended(client, action)
+        # after ``lifecycle.ended``: the session's subscriptions are gone, so no group
+        # picks it again
+        for out in action.unacked_shared:
+            self.shared_lost(client.sid, out, "session_ended")
 
     def takeover(self, key: common_pb2.SessionKey, old_epoch: int) -> None:
         self.lifecycle.takeover(key, old_epoch)
@@ -198,11 +206,13 @@ class Broker:
         """The cluster view changed: what this node refuses follows it."""
         split = not view.serving
         settings = self.settings
+        down = frozenset(view.members - view.up)
+        self.router.down = down
         self.refuse_publish = split and not settings.allow_publish_during_netsplit
         self.refuse_subscribe = split and not settings.allow_subscribe_during_netsplit
         self.refuse_unsubscribe = split and not settings.allow_unsubscribe_during_netsplit
         self.split_reason = view.refusal() if split else ""
-        self.forwarder.set_down(frozenset(view.members - view.up))
+        self.forwarder.set_down(down)
 
     def _refuse_publish(self, msg: Message, client: ClientPort, token: int | None) -> None:
         self._drop(msg.msg_id, msg.publisher, msg.topic, msg.qos, "netsplit")
@@ -279,26 +289,90 @@ class Broker:
         retain: bool,
         sub_ids: tuple[int, ...],
         ctx: Countdown | None,
+        shared: Shared | None,
     ) -> None:
         """RouteSink: a copy for a session that lives on another node goes to that node.
         A QoS >= 1 publisher waits for it when the session is persistent (I1: the copy
         must be on that node's disk); a copy for a clean session there is sent as a
-        local delivery to one here is, without holding the publisher."""
+        local delivery to one here is, without holding the publisher. A shared group's
+        copy for such a session is marked (``share``): it waits in the link until the
+        member has acknowledged it, and goes to another member if it does not."""
         encoded = self._msg_bytes
         if encoded is None or encoded[0] is not msg:  # encoded once per publish
             encoded = self._msg_bytes = (msg, convert.message_bytes(msg, self.node))
         opts = self.router.trie.options_of(key)
         durable = opts is not None and opts.persistent
+        share = shared.share if shared is not None and not durable else ""
         waiter = ctx if qos and ctx is not None and durable else None
         if waiter is not None:
             waiter.left += 1
         self.metrics.forwarded.inc()
-        body = convert.forwarded_body(key[0], key[1], qos, retain, sub_ids, encoded[1])
-        copy = Copy(key[1], qos, body, waiter, msg.msg_id, msg.topic, key[0])
+        body = convert.forwarded_body(key[0], key[1], qos, retain, sub_ids, encoded[1], share)
+        copy = Copy(key[1], qos, body, waiter, msg.msg_id, msg.topic, key[0], share)
+        if shared is not None:
+            copy.excluded = shared.excluded
         self.forwarder.forward(node, copy, cast(FlowParty | None, self._publisher))
 
     def _forward_dropped(self, node: str, copy: Copy, reason: str) -> None:
         self._drop(copy.msg_id, copy.client_id, copy.topic, copy.qos, reason)
+
+    # -- shared groups: a copy a member lost goes to another -------------------------
+    def shared_acked(self, out: OutboundMessage) -> None:
+        """The member acknowledged a shared group's copy: the node that forwarded it, if
+        any, hears so (and forgets it)."""
+        shared = out.shared
+        if shared is not None and shared.waiter is not None:
+            waiter, shared.waiter = shared.waiter, None
+            waiter.step(None)
+
+    def shared_lost(self, sid: SessionKey | None, out: OutboundMessage, reason: str) -> None:
+        """A member here lost a shared group's copy unacknowledged (its session ended, or
+        it could not take the copy): another member gets it. A copy another node
+        forwarded is reported failed there instead: that node picked the member, and
+        picks again."""
+        shared = out.shared
+        if shared is None:
+            return
+        waiter, shared.waiter = shared.waiter, None
+        if shared.released or shared.remote:
+            # released: a QoS 2 copy the member has (PUBREC), delivered
+            if waiter is not None:
+                waiter.step(None if shared.released else f"shared member gone: {reason}")
+            return
+        excluded = shared.excluded if sid is None else shared.excluded | {sid}
+        self._reshare(out.message, shared.share, excluded, sid, reason)
+
+    def _forward_lost(self, node: str, copy: Copy, reason: str) -> None:
+        """A shared group's copy for a member on ``node`` did not reach it, or may have
+        died there with the node: another member gets it."""
+        item = forward_pb2.Forwarded.FromString(copy.body)
+        msg = convert.message_from_pb(item.message)
+        sid = (copy.mountpoint, copy.client_id)
+        self._reshare(msg, copy.share, copy.excluded | {sid}, sid, reason)
+
+    def _reshare(
+        self,
+        msg: Message,
+        share: str,
+        excluded: frozenset[SessionKey],
+        lost_by: SessionKey | None,
+        reason: str,
+    ) -> None:
+        # Its publisher was answered when it was routed (a shared member's copy is not
+        # durable): nobody waits for the new copy, and nobody is held back for it.
+        publisher, self._publisher = self._publisher, None
+        to = self.router.reroute(msg, share, excluded, self, None)
+        self._publisher = publisher
+        self.metrics.shared_redelivered.labels(reason).inc()
+        log.emit(
+            "shared.redelivered",
+            "info",
+            msg_id=msg.msg_id,
+            share=share,
+            client_id=lost_by[1] if lost_by is not None else "",
+            to=to[1] if to is not None else "",
+            reason=reason,
+        )
 
     def accept_forwarded(
         self, item: forward_pb2.Forwarded, done: Callable[[str | None], None], stream: FlowParty
@@ -314,9 +388,17 @@ class Broker:
         target = self.sessions.get(key)
         if qos and target is not None and target.backlog() >= self.stream_high:
             hold_back(cast(FlowParty, target), stream, asyncio.get_running_loop())
+        share: str = item.share
         if target is not None and (qos == 0 or not target.persistent):
+            if share and qos:  # done once the member acknowledges it (``shared_acked``)
+                shared = Shared(share, _NO_KEYS, Completion(done), True)
+                target.deliver(OutboundMessage(msg, qos, retain, sub_ids, None, False, shared))
+                return
             target.deliver(OutboundMessage(msg, qos, retain, sub_ids))
             done(None)
+            return
+        if share and qos and target is None and not self.router.lives_here(key):
+            done("shared member gone")  # the sender picks another member
             return
         if target is None and not self.router.lives_here(key):
             # Moved on (a handover the sender had not heard of through gossip yet): it is
@@ -376,6 +458,16 @@ class Broker:
     def dropped(self, client_id: str, out: OutboundMessage, reason: str) -> None:
         msg = out.message
         self._drop(msg.msg_id, client_id, msg.topic, out.qos, reason)
+        shared = out.shared
+        if shared is None:
+            return
+        if reason in _MEMBER_LOST:  # the member could not take it: another one may
+            self.shared_lost((msg.mountpoint, client_id) if client_id else None, out, reason)
+        elif shared.waiter is not None:
+            # dropped on purpose (expired, too large): answered as the same drop for
+            # any other subscriber would be
+            waiter, shared.waiter = shared.waiter, None
+            waiter.step(None)
 
     def _drop(self, msg_id: str, client_id: str, topic: str, qos: int, reason: str) -> None:
         """Count a copy dropped on purpose; log it if it was QoS >= 1 or message events

@@ -261,6 +261,7 @@ def forwarded_body(
     retain: bool,
     sub_ids: tuple[int, ...],
     message: bytes,
+    share: str = "",
 ) -> bytes:
     """A ``Forwarded`` serialized without its ``seq`` (field 1), which the link puts in
     front when it batches the copy (``forward_batch``)."""
@@ -278,6 +279,8 @@ def forwarded_body(
         _put(parts, b"\x32", b"".join([varint(i) for i in sub_ids]))  # packed
     if message:
         _put(parts, b"\x3a", message)
+    if share:
+        _put(parts, b"\x42", share.encode())
     return b"".join(parts)
 
 

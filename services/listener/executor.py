@@ -135,6 +135,8 @@ class ActionExecutor:
 
     def deliver(self, out: OutboundMessage) -> None:
         if self.closed or self.session is None:
+            if out.shared is not None:  # a group's copy: another member takes it
+                self.broker.dropped(self.sid[1] if self.sid else "", out, "not_connected")
             return
         if out.seq is not None:
             if self.resuming:
@@ -420,6 +422,8 @@ class ActionExecutor:
         out = action.delivery
         if out.seq is not None and self.persistent and self.sid is not None:
             self.broker.store.ack(self.sid[0], self.sid[1], self.epoch, out.seq)
+        if out.shared is not None:
+            self.broker.shared_acked(out)
         if log.message_events_enabled():
             msg = out.message
             _log_acked(

@@ -56,6 +56,11 @@ class RoutingMetrics:
         delivered = m.counter("messages_delivered_total", "PUBLISHes sent", ["qos"])
         self.delivered = [delivered.labels(str(qos)) for qos in (0, 1, 2)]
         self.dropped = m.counter("messages_dropped_total", "Deliveries dropped", ["reason"])
+        self.shared_redelivered = m.counter(
+            "shared_redelivered_total",
+            "Shared groups' copies a member lost unacknowledged, given to another",
+            ["reason"],
+        )
         self.queued = m.counter("messages_queued_total", "Appends to session queues").labels()
         self.forwarded = m.counter(
             "messages_forwarded_total", "Copies sent to sessions on other nodes"

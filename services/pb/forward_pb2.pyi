@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Forwarded(_message.Message):
-    __slots__ = ("seq", "mountpoint", "client_id", "qos", "retain", "sub_ids", "message")
+    __slots__ = ("seq", "mountpoint", "client_id", "qos", "retain", "sub_ids", "message", "share")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     MOUNTPOINT_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class Forwarded(_message.Message):
     RETAIN_FIELD_NUMBER: _ClassVar[int]
     SUB_IDS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
     seq: int
     mountpoint: str
     client_id: str
@@ -23,7 +24,8 @@ class Forwarded(_message.Message):
     retain: bool
     sub_ids: _containers.RepeatedScalarFieldContainer[int]
     message: _common_pb2.MqttMessage
-    def __init__(self, seq: _Optional[int] = ..., mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., sub_ids: _Optional[_Iterable[int]] = ..., message: _Optional[_Union[_common_pb2.MqttMessage, _Mapping]] = ...) -> None: ...
+    share: str
+    def __init__(self, seq: _Optional[int] = ..., mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., sub_ids: _Optional[_Iterable[int]] = ..., message: _Optional[_Union[_common_pb2.MqttMessage, _Mapping]] = ..., share: _Optional[str] = ...) -> None: ...
 
 class ForwardBatch(_message.Message):
     __slots__ = ("sender", "incarnation", "acked", "items", "resent_upto")

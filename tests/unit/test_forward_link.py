@@ -54,6 +54,18 @@ def test_outbox_withdraws_only_what_no_stream_carried() -> None:
     assert len(o) == 0
 
 
+def test_outbox_takes_back_what_it_is_told_sent_or_not_and_keeps_the_rest_in_order() -> None:
+    o: Outbox[str] = Outbox(capacity=10)
+    for x in "abcdef":
+        o.push(x, 0.0)
+    assert o.take(3) == [(1, "a"), (2, "b"), (3, "c")]
+    assert o.take_back(lambda x: x in "bde") == ["b", "d", "e"]  # sent first, then unsent
+    assert o.take(9) == [(6, "f")]
+    o.rewind()
+    assert o.take(9) == [(1, "a"), (3, "c"), (6, "f")]
+    assert o.ack(6, {3}) == [("a", True), ("c", False), ("f", True)]
+
+
 def test_inbox_drops_resends_and_acks_cumulatively() -> None:
     box = Inbox()
     assert [box.accept(1), box.accept(2), box.accept(2)] == [True, True, False]
@@ -434,6 +446,42 @@ def test_a_node_seen_down_holds_its_copies_and_a_moved_session_takes_back_its_ow
             assert fw.withdraw("c@h", {("", "y")}) == []  # no link there
             fw.set_down(frozenset())
             assert not link.held()
+        finally:
+            await fw.stop()
+
+    asyncio.run(run())
+
+
+def test_a_node_going_down_gives_back_its_shared_copies_and_holds_the_others() -> None:
+    """A shared group's copy for a member on a node seen down may have died there with
+    the member: it goes back to the broker (``lost``) to be picked again, while copies
+    for ordinary sessions stay held, for the node's return or their session's move."""
+    import asyncio
+
+    from services.listener.forward.sender import Forwarder
+
+    lost: list[tuple[str, str, str]] = []
+    dropped: list[str] = []
+
+    async def run() -> None:
+        fw = Forwarder(
+            "a@h",
+            "a@h",
+            "a@h/l",
+            "cookie",
+            100,
+            60.0,
+            lambda n, c, r: dropped.append(c.client_id),
+            lambda n, c, r: lost.append((n, c.client_id, r)),
+        )
+        try:
+            for cid, share in (("s1", "$share/g/t"), ("p", ""), ("s2", "$share/g/t")):
+                fw.forward("b@h", Copy(cid, 1, b"", None, "m", "t", "", share))
+            fw.set_down(frozenset({"b@h"}))
+            assert lost == [("b@h", "s1", "node_down"), ("b@h", "s2", "node_down")]
+            link = fw.links["b@h"]
+            assert [c.client_id for c in link.outbox.take_back(lambda c: True)] == ["p"]
+            assert dropped == []
         finally:
             await fw.stop()
 

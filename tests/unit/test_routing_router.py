@@ -13,7 +13,7 @@ from services.common.session_key import SessionKey
 from services.listener.routing.model import SubOptions
 from services.listener.routing.router import Router
 from services.listener.routing.shared import SharedPolicy
-from services.listener.session.messages import Message, OutboundMessage
+from services.listener.session.messages import Message, OutboundMessage, Shared
 
 NODE = "n1@127.0.0.1"
 FAR = "n2@127.0.0.1"
@@ -33,9 +33,11 @@ class Sink:
     """Records the router's decisions in order."""
 
     calls: list[tuple[object, ...]] = field(default_factory=list)
+    tickets: list[Shared | None] = field(default_factory=list)  # per deliver or forward
 
     def deliver(self, target: Target, out: OutboundMessage, ctx: str) -> None:
         self.calls.append(("deliver", target, out.qos, out.retain, out.sub_ids, ctx))
+        self.tickets.append(out.shared)
 
     def append(
         self,
@@ -58,8 +60,10 @@ class Sink:
         retain: bool,
         sub_ids: tuple[int, ...],
         ctx: str,
+        shared: Shared | None,
     ) -> None:
         self.calls.append(("forward", key, node, qos, retain, sub_ids, ctx))
+        self.tickets.append(shared)
 
     def no_member(self, msg: Message, share_filter: str) -> None:
         self.calls.append(("no_member", share_filter))
@@ -171,6 +175,57 @@ def test_a_remote_shared_member_counts_as_reachable() -> None:
     for _ in range(20):
         r.route(msg(), sink, None)
     assert {c[0] for c in sink.calls} == {"forward"}
+
+
+def test_a_shared_copy_of_qos_1_carries_its_group_and_a_qos_0_one_does_not() -> None:
+    r, sink, t = router(), Sink(), Target()
+    r.targets[("", "on")] = t
+    r.subscribe(("", "on"), "$share/g/a/b", opts(1))
+    r.subscribe(("", "plain"), "a/b", opts(1))
+    r.targets[("", "plain")] = Target()
+    r.route(msg(qos=1), sink, None)
+    r.route(msg(qos=0), sink, None)
+    shared = [(c[1], tk) for c, tk in zip(sink.calls, sink.tickets, strict=True) if c[1] is t]
+    assert [tk.share if tk else None for _t, tk in shared] == ["$share/g/a/b", None]
+    plain = [tk for c, tk in zip(sink.calls, sink.tickets, strict=True) if c[1] is not t]
+    assert plain == [None, None]  # not a group's copy
+
+
+def test_a_lost_shared_copy_goes_to_a_member_that_did_not_lose_it_or_to_none() -> None:
+    r, sink = router(SharedPolicy.RANDOM), Sink()
+    members = {("", c): Target() for c in ("m1", "m2", "m3")}
+    for key, t in members.items():
+        r.targets[key] = t
+        r.subscribe(key, "$share/g/a/#", opts(1))
+    excluded: frozenset[SessionKey] = frozenset()
+    chosen = []
+    for _ in members:
+        to = r.reroute(msg(), "$share/g/a/#", excluded, sink, None)
+        assert to is not None and to not in excluded
+        ticket = sink.tickets[-1]
+        assert ticket is not None and ticket.excluded == excluded  # carried on
+        chosen.append(to)
+        excluded |= {to}
+    assert set(chosen) == set(members)
+    assert r.reroute(msg(), "$share/g/a/#", excluded, sink, None) is None
+    assert r.reroute(msg(), "$share/other/a/#", frozenset(), sink, None) is None
+    assert sink.calls[-2:] == [("no_member", "$share/g/a/#"), ("no_member", "$share/other/a/#")]
+
+
+@given(st.sets(st.sampled_from(["n2@h", "n3@h", "n3@h/1"]), max_size=3))
+def test_members_on_nodes_seen_down_are_picked_only_when_no_other_is_left(
+    down_routes: set[str],
+) -> None:
+    r, sink = router(SharedPolicy.RANDOM), Sink()
+    routes = ["n2@h", "n3@h", "n3@h/1"]
+    for k, route in enumerate(routes):
+        r.replicate(("", f"m{k}"), {"$share/g/t": SubOptions(1, node=route)})
+    r.down = frozenset(route.split("/")[0] for route in down_routes)
+    for _ in range(30):
+        r.route(msg("t"), sink, None)
+    picked = {c[2] for c in sink.calls}
+    up = {route for route in routes if route.split("/")[0] not in r.down}
+    assert picked <= (up or set(routes))
 
 
 def test_replica_updates_are_ignored_for_a_session_online_here() -> None:

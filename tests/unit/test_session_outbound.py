@@ -415,3 +415,37 @@ def test_delivery_after_close_is_dropped() -> None:
     session.handle_connection_lost(1.0)
     (dropped,) = session.deliver(outbound(), 2.0)
     assert isinstance(dropped, Dropped) and dropped.reason == "not_connected"
+
+
+# -- shared groups' copies ---------------------------------------------------------------------
+
+
+def test_a_session_ends_with_its_unacknowledged_shared_copies_listed_oldest_first() -> None:
+    """A shared group's copies the client never acknowledged are owed to another member:
+    ``Ended`` lists them, in flight then waiting; acknowledged ones and plain ones are
+    not; a QoS 2 copy whose PUBREC came is the member's (``released``)."""
+    from dataclasses import replace
+
+    from services.listener.mqtt.types import Disconnect
+    from services.listener.session.actions import Ended
+    from services.listener.session.messages import Shared
+
+    session = connected(4, SessionLimits(max_inflight_messages=3))
+
+    def shared(msg_id: str, qos: int = 1) -> Any:
+        return replace(outbound(qos=qos, msg_id=msg_id), shared=Shared("$share/g/t", frozenset()))
+
+    acked, plain, held, rec, waiting = (
+        shared("acked"),
+        outbound(msg_id="plain"),
+        shared("held"),
+        shared("rec", qos=2),
+        shared("waiting"),
+    )
+    for msg in (acked, plain, held, rec, waiting):
+        session.deliver(msg, 1.0)
+    assert session.handle_packet(Puback(1), 2.0)[0] == Acked(acked)  # frees a slot for rec
+    session.handle_packet(Pubrec(4), 2.0)
+    assert rec.shared is not None and rec.shared.released
+    (ended,) = of(session.handle_packet(Disconnect(), 3.0), Ended)
+    assert [m.message.msg_id for m in ended.unacked_shared] == ["held", "rec", "waiting"]

@@ -114,6 +114,16 @@ class Outbox(Generic[T]):
             self._unsent = kept
         return out
 
+    def take_back(self, pick: Callable[[T], bool]) -> list[T]:
+        """Take back, in ``seq`` order, every copy ``pick`` chooses, sent or not: copies
+        that must go elsewhere though the peer may hold them too (a shared group's copy
+        for a member on a node gone down: the group owes it, so a second member may get
+        it). Their seqs become a gap."""
+        out: list[T] = []
+        self._sent = _keep(self._sent, pick, out)  # sent copies precede unsent ones
+        self._unsent = _keep(self._unsent, pick, out)
+        return out
+
     def expire(self, now: float, max_age: float) -> list[T]:
         """Give up on copies pushed more than ``max_age`` ago (oldest first)."""
         out: list[T] = []
@@ -123,3 +133,16 @@ class Outbox(Generic[T]):
             if items:
                 break
         return out
+
+
+def _keep(
+    items: deque[tuple[int, T, float]], pick: Callable[[T], bool], out: list[T]
+) -> deque[tuple[int, T, float]]:
+    """``items`` without those ``pick`` chooses, which go to ``out``."""
+    kept: deque[tuple[int, T, float]] = deque()
+    for entry in items:
+        if pick(entry[1]):
+            out.append(entry[1])
+        else:
+            kept.append(entry)
+    return kept

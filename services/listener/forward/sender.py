@@ -29,6 +29,13 @@ Should their sessions fail over to another node meanwhile (the registry's ``move
 their subscriptions in gossip naming the new node), the broker withdraws them
 (:meth:`Forwarder.withdraw`) and routes them there, in order, before any later copy: a
 copy that no stream carried cannot be on the old node, so it is sent once.
+
+A shared group's QoS >= 1 copy for a member that is not persistent (``Copy.share``) is
+owed by the group, not by that member: the receiving node acknowledges it only once the
+member has (PUBACK, or PUBREC for QoS 2), and reports it failed if the member's session
+ends first. Such a copy that fails, expires, or waits for a node the view shows down
+(sent or not: the member died with its node) is handed to ``lost``, and the broker picks
+another member for it.
 """
 
 from __future__ import annotations
@@ -78,6 +85,8 @@ class Copy:
     msg_id: str
     topic: str
     mountpoint: str = ""
+    share: str = ""  # a shared group's copy for a member that is not persistent
+    excluded: frozenset[SessionKey] = frozenset()  # members that lost it already
 
 
 Dropped = Callable[[str, Copy, str], None]  # (node, copy, reason)
@@ -202,7 +211,9 @@ class PeerLink:
             self.heard_upto = max(self.heard_upto, ack.upto)
             failed = set(ack.failed)
             for copy, ok in self.outbox.ack(ack.upto, failed):
-                if copy.waiter is not None:
+                if not ok and copy.share:
+                    self.forwarder.lost(self.node, copy, "member_gone")
+                elif copy.waiter is not None:
                     copy.waiter.step(None if ok else f"{self.node} did not take it")
             flow.progressed(self, LINK_LIMITS)
 
@@ -236,7 +247,10 @@ class Forwarder:
         capacity: int,
         timeout: float,
         dropped: Dropped,
+        lost: Dropped | None = None,
     ) -> None:
+        """``dropped`` hears every copy given up; ``lost``, a shared group's copy that
+        its member lost, for the group to pick another (without it they are dropped)."""
         self.node = node
         self.route = route
         self.sender = sender
@@ -244,6 +258,7 @@ class Forwarder:
         self.capacity = capacity
         self.timeout = timeout
         self.dropped = dropped
+        self.lost_shared = lost
         self.caller = Caller(cookie, node, "")
         self.peers: dict[str, str] = {}  # route -> its listener's forward address
         self.down: frozenset[str] = frozenset()  # nodes the cluster view shows down
@@ -260,10 +275,14 @@ class Forwarder:
         """The cluster view's down members: their links hold their copies; those back
         up send what waited."""
         back = self.down - nodes
+        gone = nodes - self.down
         self.down = nodes
         for route, link in self.links.items():
             if node_of(route) in back:
                 link.wake()
+            elif node_of(route) in gone:
+                for copy in link.outbox.take_back(_shared):
+                    self.lost(route, copy, "node_down")
 
     def set_peer(self, node: str, address: str | None) -> None:
         """A route's listener address from gossip (None: its record was deleted)."""
@@ -294,7 +313,17 @@ class Forwarder:
             return []
         return link.outbox.withdraw(lambda c: (c.mountpoint, c.client_id) in keys)
 
+    def lost(self, node: str, copy: Copy, reason: str) -> None:
+        """``copy``, a shared group's, did not reach its member at ``node``."""
+        if self.lost_shared is None:
+            self.fail(node, copy, reason)
+        else:
+            self.lost_shared(node, copy, reason)
+
     def fail(self, node: str, copy: Copy, reason: str) -> None:
+        if copy.share and self.lost_shared is not None:
+            self.lost_shared(node, copy, reason)  # another member may take it
+            return
         self.dropped(node, copy, reason)
         if copy.waiter is not None:
             copy.waiter.step(f"{reason}: {node}")
@@ -316,6 +345,10 @@ class Forwarder:
             await link.stop()
         for ch in self._channels.values():
             await ch.close(None)
+
+
+def _shared(copy: Copy) -> bool:
+    return bool(copy.share)
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

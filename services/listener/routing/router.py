@@ -19,6 +19,10 @@ retained store, and the route targets online here (``targets``: session key -> t
 
 Shared groups (``$share/g/f``) contribute one member each, picked by ``SharedPicker``
 with "has a target here" as "online"; a group with no candidate is reported as such.
+Members on nodes the cluster view shows ``down`` are not picked while another member
+is left. A QoS >= 1 copy for a member carries a :class:`Shared` ticket: should that
+member lose it (its session ends, its node dies) before acknowledging it, ``reroute``
+picks another member for it, never one that already lost it.
 
 Decisions go to a :class:`RouteSink` (the broker), one call per copy in match order, so
 no per-publish list of decisions is built. A target is anything with the
@@ -42,13 +46,15 @@ from typing import Final, Generic, Protocol, TypeVar
 
 from services.common.session_key import SessionKey
 from services.listener.mqtt.topics import parse_shared
-from services.listener.routing.model import SharedMember, SubOptions
+from services.listener.processes import node_of
+from services.listener.routing.model import SharedGroupMatch, SharedMember, SubOptions
 from services.listener.routing.retained import RetainedStore
 from services.listener.routing.shared import SharedPicker, SharedPolicy
 from services.listener.routing.trie import SubscriptionTrie
-from services.listener.session.messages import Message, OutboundMessage
+from services.listener.session.messages import Message, OutboundMessage, Shared
 
 _NO_IDS: Final[tuple[int, ...]] = ()
+_NO_KEYS: Final[frozenset[SessionKey]] = frozenset()
 
 
 class RouteTarget(Protocol):
@@ -92,6 +98,7 @@ class RouteSink(Protocol[T_contra, C]):
         retain: bool,
         sub_ids: tuple[int, ...],
         ctx: C,
+        shared: Shared | None,
     ) -> None: ...
 
     def no_member(self, msg: Message, share_filter: str) -> None: ...
@@ -100,7 +107,16 @@ class RouteSink(Protocol[T_contra, C]):
 class Router(Generic[T]):
     """One listener's routing table and the decision of where each copy goes."""
 
-    __slots__ = ("held_back", "node", "picker", "retained", "targets", "trie", "upgrade_qos")
+    __slots__ = (
+        "down",
+        "held_back",
+        "node",
+        "picker",
+        "retained",
+        "targets",
+        "trie",
+        "upgrade_qos",
+    )
 
     def __init__(
         self,
@@ -122,6 +138,7 @@ class Router(Generic[T]):
         # Replicas of sessions online here that disagree with this listener's own
         # subscriptions, applied when the session leaves (``released``).
         self.held_back: dict[SessionKey, Mapping[str, SubOptions] | None] = {}
+        self.down: frozenset[str] = frozenset()  # nodes the cluster view shows down
 
     # -- publish ---------------------------------------------------------------------
     def route(self, msg: Message, sink: RouteSink[T, C], ctx: C) -> bool:
@@ -130,16 +147,61 @@ class Router(Generic[T]):
         for m in result.normal:
             self._copy(m.sid, m.node, m.qos, m.retain_as_published, m.sub_ids, msg, sink, ctx)
         for group in result.shared:
-            member = self.picker.pick(group, self._is_online)
-            if member is None:
-                sink.no_member(msg, group.share_filter)
-                continue
-            opts = member.opts
-            sub_ids = (opts.sub_id,) if opts.sub_id else _NO_IDS
-            self._copy(
-                member.sid, opts.node, opts.qos, opts.retain_as_published, sub_ids, msg, sink, ctx
-            )
+            self._share(group, msg, sink, ctx, _NO_KEYS)
         return bool(result.normal or result.shared)
+
+    def reroute(
+        self,
+        msg: Message,
+        share: str,
+        excluded: frozenset[SessionKey],
+        sink: RouteSink[T, C],
+        ctx: C,
+    ) -> SessionKey | None:
+        """Give a shared group's copy that a member lost to another member of the group
+        ``share`` (its ``$share/g/f``), none of ``excluded``; returns that member, None
+        when none is left (reported to the sink as ``no_member``)."""
+        result = self.trie.match(msg.mountpoint, msg.topic, (msg.mountpoint, msg.publisher))
+        for group in result.shared:
+            if group.share_filter == share:
+                return self._share(group, msg, sink, ctx, excluded)
+        sink.no_member(msg, share)
+        return None
+
+    def _share(
+        self,
+        group: SharedGroupMatch,
+        msg: Message,
+        sink: RouteSink[T, C],
+        ctx: C,
+        excluded: frozenset[SessionKey],
+    ) -> SessionKey | None:
+        member: SharedMember | None = None
+        down = self.down
+        if down:
+            away = {m.sid for m in group.members if node_of(m.opts.node) in down}
+            if away:
+                member = self.picker.pick(group, self._is_online, excluded | away)
+        if member is None:
+            member = self.picker.pick(group, self._is_online, excluded)
+        if member is None:
+            sink.no_member(msg, group.share_filter)
+            return None
+        opts = member.opts
+        sub_ids = (opts.sub_id,) if opts.sub_id else _NO_IDS
+        self._copy(
+            member.sid,
+            opts.node,
+            opts.qos,
+            opts.retain_as_published,
+            sub_ids,
+            msg,
+            sink,
+            ctx,
+            group.share_filter,
+            excluded,
+        )
+        return member.sid
 
     def _copy(
         self,
@@ -151,14 +213,18 @@ class Router(Generic[T]):
         msg: Message,
         sink: RouteSink[T, C],
         ctx: C,
+        share: str = "",
+        excluded: frozenset[SessionKey] = _NO_KEYS,
     ) -> None:
         qos = sub_qos if self.upgrade_qos else min(msg.qos, sub_qos)
         retain = msg.retain and rap
         target = self.targets.get(key)
+        shared = Shared(share, excluded) if share and qos else None
         if target is not None and (qos == 0 or not target.persistent):
-            sink.deliver(target, OutboundMessage(msg, qos, retain, sub_ids), ctx)
+            out = OutboundMessage(msg, qos, retain, sub_ids, None, False, shared)
+            sink.deliver(target, out, ctx)
         elif target is None and node and node != self.node:
-            sink.forward(node, key, msg, qos, retain, sub_ids, ctx)
+            sink.forward(node, key, msg, qos, retain, sub_ids, ctx, shared)
         else:
             sink.append(key, target, msg, qos, retain, sub_ids, ctx)
 

@@ -185,16 +185,25 @@ class CancelTimer:
 @dataclass(slots=True, init=False)  # not frozen: per connection, see the module docstring
 class Ended:
     """The connection is over: tell the registry. ``session_expiry`` may have changed in the
-    v5 DISCONNECT; ``taken_over`` when the registry asked for it."""
+    v5 DISCONNECT; ``taken_over`` when the registry asked for it; ``unacked_shared``: the
+    shared groups' copies the client never acknowledged, owed to another member."""
 
     reason: str
     session_expiry: int
     taken_over: bool = False
+    unacked_shared: tuple[OutboundMessage, ...] = ()
 
-    def __init__(self, reason: str, session_expiry: int, taken_over: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        session_expiry: int,
+        taken_over: bool = False,
+        unacked_shared: tuple[OutboundMessage, ...] = (),
+    ) -> None:
         self.reason = reason
         self.session_expiry = session_expiry
         self.taken_over = taken_over
+        self.unacked_shared = unacked_shared
 
 
 @dataclass(frozen=True, slots=True)

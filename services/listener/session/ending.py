@@ -25,6 +25,7 @@ from services.listener.mqtt.errors import MQTTError
 from services.listener.mqtt.types import Connack, Disconnect, PacketType
 from services.listener.session.actions import Action, Close, Ended, LogEvent, PublishWill, Send
 from services.listener.session.codes import v5_code
+from services.listener.session.messages import OutboundMessage
 from services.listener.session.state import SessionState
 
 if TYPE_CHECKING:
@@ -100,9 +101,21 @@ def end(
     s.will = None
     if s.register_sent and not s.ended:
         s.ended = True
-        out.append(Ended(reason, s.session_expiry, taken_over))
+        out.append(Ended(reason, s.session_expiry, taken_over, _unacked_shared(s)))
     s.state = SessionState.CLOSED
     return out
+
+
+def _unacked_shared(s: Session) -> tuple[OutboundMessage, ...]:
+    """The shared groups' copies this session holds unacknowledged, oldest first: the
+    group still owes them to the publisher. Only a non-persistent session holds such
+    copies outside its queue (a persistent member's are queued, and stay with it)."""
+    ob = s.outbound
+    out = [e.delivery for e in ob.inflight.values() if e.delivery.shared is not None]
+    pending = ob.pending
+    if pending:
+        out += [m for m in pending if m.shared is not None]
+    return tuple(out)
 
 
 def will_delay(s: Session) -> int:

@@ -279,6 +279,8 @@ class Outbound:
         if not entry.released:
             entry.released = True
             entry.packet = None  # the PUBLISH is never resent now [MQTT-4.3.3-6]
+            if entry.delivery.shared is not None:
+                entry.delivery.shared.released = True  # received: the group's is done
             seq = entry.delivery.seq
             if self.persistent and seq is not None:
                 out.append(StoreMark(MARK_OUTBOUND_PUBREL, seq, True))
