@@ -9,11 +9,14 @@ to stdout.
 from __future__ import annotations
 
 import json
+import os
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,11 +26,21 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
+_VERBOSE = click.option(
+    "--verbose", is_flag=True, help="Show Spark's own output: JVM warnings, log4j, stage bars."
+)
 
 
 @contextmanager
-def _spark(master: str, driver_memory: str | None, quiet: bool) -> Iterator[SparkSession]:
-    """The active session if there is one (embedding, tests), else a new one, stopped after."""
+def _spark(
+    master: str, driver_memory: str | None, verbose: bool, conf: dict[str, str] | None = None
+) -> Iterator[SparkSession]:
+    """The active session if there is one (embedding, tests), else a new one, stopped after.
+
+    Unless ``verbose``, Spark's start-up noise and log lines go to a temporary log file,
+    removed after a clean run and named when the command fails.
+    """
+    from pyspark.errors import AnalysisException
     from pyspark.sql import SparkSession
 
     from spark_pipeline.session import build_spark
@@ -36,14 +49,51 @@ def _spark(master: str, driver_memory: str | None, quiet: bool) -> Iterator[Spar
     if active is not None:
         yield active
         return
-    conf = dict(_QUIET_CONF) if quiet else {"spark.ui.showConsoleProgress": "true"}
+    settings = dict(_QUIET_CONF) if not verbose else {"spark.ui.showConsoleProgress": "true"}
     if driver_memory:
-        conf["spark.driver.memory"] = driver_memory
-    spark = build_spark(master, conf=conf)
+        settings["spark.driver.memory"] = driver_memory
+    settings.update(conf or {})
+    log = None
+    if not verbose:
+        fd, name = tempfile.mkstemp(prefix="ternmq-etl-spark-", suffix=".log")
+        os.close(fd)
+        log = Path(name)
+    spark = build_spark(
+        master, conf=settings, log_level="WARN" if verbose else "ERROR", quiet_log=log
+    )
+    ok = False
     try:
         yield spark
+        ok = True
+    except (click.ClickException, FileNotFoundError, AnalysisException):
+        raise  # the command words these itself
+    except Exception as exc:
+        raise click.ClickException(_spark_error(exc, log)) from exc
     finally:
         spark.stop()
+        if log is not None and ok:
+            log.unlink(missing_ok=True)
+            log.with_suffix(".log4j2.properties").unlink(missing_ok=True)
+
+
+def _spark_error(exc: Exception, log: Path | None) -> str:
+    """One readable line for an error raised in a Spark job, and where the rest is."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    text = next(
+        (x for x in lines if "Exception" in x or "Error" in x),
+        lines[0] if lines else type(exc).__name__,
+    )
+    return text + (f" (Spark's log: {log})" if log is not None else "")
+
+
+def _conf_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    pairs = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--conf")
+        pairs[key] = value
+    return pairs
 
 
 @click.group(name="etl")
@@ -76,6 +126,14 @@ def etl() -> None:
 @click.option(
     "--full", is_flag=True, help="Forget earlier runs: read every log file from the start."
 )
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting (repeatable), e.g. spark.executor.memory=1g.",
+)
+@_VERBOSE
 def run(
     logs: Path,
     out: Path,
@@ -85,6 +143,8 @@ def run(
     as_json: bool,
     quiet: bool,
     full: bool,
+    confs: tuple[str, ...],
+    verbose: bool,
 ) -> None:
     """Read what is new in the logs and bring every table under --out up to date.
 
@@ -93,7 +153,6 @@ def run(
     """
     from spark_pipeline.expect import ExpectError, load_expectations
     from spark_pipeline.extract import find_log_files
-    from spark_pipeline.jobs import run_etl
 
     try:
         expectations = None if expect is None else load_expectations(expect)
@@ -101,17 +160,10 @@ def run(
         raise click.ClickException(f"--expect {expect}: {exc}") from exc
     if not find_log_files(logs):  # fail before paying for a JVM
         raise click.ClickException(f"no *.jsonl or *.jsonl.N log files below {logs}")
-    t0 = time.monotonic()
-
-    def progress(msg: str) -> None:
-        if not quiet:
-            click.echo(f"[etl {time.monotonic() - t0:7.1f}s] {msg}", err=True)
-
+    conf = _conf_pairs(confs)
     try:
-        with _spark(master, driver_memory, quiet) as spark:
-            summary = run_etl(
-                logs, out, spark=spark, expect=expectations, progress=progress, full=full
-            )
+        with _spark(master, driver_memory, verbose, conf) as spark:
+            summary = _run_with_progress(spark, logs, out, expectations, full, quiet, verbose)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
@@ -119,6 +171,40 @@ def run(
     else:
         for key, value in summary.items():
             click.echo(f"{key:<16}{value}")
+
+
+def _run_with_progress(
+    spark: SparkSession,
+    logs: Path,
+    out: Path,
+    expectations: list[Any] | None,
+    full: bool,
+    quiet: bool,
+    verbose: bool,
+) -> dict[str, Any]:
+    """``run_etl`` with messages on stderr, and the progress bar unless verbose or quiet."""
+    from spark_pipeline.jobs import run_etl
+    from spark_pipeline.progress import ProgressBar
+
+    if quiet:
+        return run_etl(logs, out, spark=spark, expect=expectations, full=full)
+    if verbose:
+        t0 = time.monotonic()
+
+        def say(msg: str) -> None:
+            click.echo(f"[etl {time.monotonic() - t0:7.1f}s] {msg}", err=True)
+
+        return run_etl(logs, out, spark=spark, expect=expectations, full=full, progress=say)
+    with ProgressBar(spark.sparkContext, sys.stderr) as bar:
+        return run_etl(
+            logs,
+            out,
+            spark=spark,
+            expect=expectations,
+            full=full,
+            progress=bar.message,
+            steps=bar.begin,
+        )
 
 
 @etl.command("query")
@@ -133,7 +219,8 @@ def run(
 @click.option("--csv", "fmt", flag_value="csv", help="CSV with a header row.")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(min=1))
 @click.option("--master", default=DEFAULT_MASTER, show_default=True)
-def query(sql: str, out: Path, fmt: str | None, limit: int, master: str) -> None:
+@_VERBOSE
+def query(sql: str, out: Path, fmt: str | None, limit: int, master: str, verbose: bool) -> None:
     """Run Spark SQL over the tables (each is a view named after its directory)."""
     from pyspark.errors import AnalysisException
 
@@ -146,7 +233,7 @@ def query(sql: str, out: Path, fmt: str | None, limit: int, master: str) -> None
     )
 
     try:
-        with _spark(master, None, quiet=True) as spark:
+        with _spark(master, None, verbose) as spark:
             register_tables(spark, out)
             columns, rows, more = run_query(spark, sql, limit)
     except AnalysisException as exc:
@@ -179,12 +266,13 @@ def query(sql: str, out: Path, fmt: str | None, limit: int, master: str) -> None
     help="Write a one-page HTML report with charts here.",
 )
 @click.option("--master", default=DEFAULT_MASTER, show_default=True)
-def report(out: Path, html_file: Path | None, master: str) -> None:
+@_VERBOSE
+def report(out: Path, html_file: Path | None, master: str, verbose: bool) -> None:
     """Print headline numbers; optionally write the HTML report."""
     from spark_pipeline.report import headline, load_report, render_html
 
     try:
-        with _spark(master, None, quiet=True) as spark:
+        with _spark(master, None, verbose) as spark:
             data = load_report(spark, out)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc

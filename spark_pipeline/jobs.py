@@ -40,6 +40,8 @@ from spark_pipeline.transforms import audit, flow, ops
 from spark_pipeline.transforms.sessions import sessions
 
 Progress = Callable[[str], None]
+# Called as each step starts: (step, steps, name); steps are parse, each table, summary.
+Steps = Callable[[int, int, str], None]
 Builders = dict[str, Callable[[], DataFrame]]
 # Tables whose jobs take longest; started first so that the small ones fill idle cores.
 HEAVY: Final = frozenset({"delivery_audit", "sessions"})
@@ -151,6 +153,7 @@ def write_tables(
     writers: int,
     merge: Callable[[TableSpec], bool] = lambda _spec: False,
     merger: Callable[[TableSpec], None] | None = None,
+    begin: Callable[[str], None] = lambda _name: None,
 ) -> None:
     """Write ``specs`` with up to ``writers`` Spark jobs at once, the costliest first.
 
@@ -166,6 +169,7 @@ def write_tables(
     def one(spec: TableSpec) -> None:
         nonlocal done
         t0 = time.monotonic()
+        begin(spec.name)
         if merger is not None and merge(spec):
             merger(spec)
             verb = "merged"
@@ -234,6 +238,7 @@ def run_etl(
     progress: Progress | None = None,
     writers: int = WRITERS,
     full: bool = False,
+    steps: Steps | None = None,
 ) -> dict[str, Any]:
     """Run the ETL over what is new in the logs; return the audit summary, the ingest
     counts and how the run went (``mode``, ``read_bytes``) as a dict.
@@ -242,8 +247,10 @@ def run_etl(
     which every minute bucket assumes); without it a session for ``master`` is built
     and stopped at the end. ``expect`` is an expect file or parsed entries. ``writers``
     tables are written at once (see ``write_tables``). ``full`` forgets earlier runs.
+    ``progress`` gets messages, ``steps`` each step as it starts (for a progress bar).
     """
     say = progress or (lambda _msg: None)
+    step = steps or (lambda _i, _n, _name: None)
     started = time.monotonic()
     expectations = _resolve_expect(expect)
     files = extract.find_log_files(Path(logs_dir))
@@ -272,6 +279,7 @@ def run_etl(
         return df
 
     try:
+        step(1, len(TABLES), "parse")
         say(
             f"reading {len(plan.new)} new or grown parts of {len(files)} log files "
             f"({new_bytes / 1e6:.1f} MB)"
@@ -308,7 +316,13 @@ def run_etl(
             fresh = table_builders(part, exp_df, _keep)[spec.name]()
             merge_dates(session, fresh, out / spec.name, dates, spec.partition_by)
 
-        write_tables(builders, specs, out, say, writers, merge, merger)
+        done = iter(range(2, len(TABLES)))
+
+        def begin(name: str) -> None:
+            step(next(done, len(TABLES) - 1), len(TABLES), name)
+
+        write_tables(builders, specs, out, say, writers, merge, merger, begin)
+        step(len(TABLES), len(TABLES), "audit_summary")
         summary_df = audit.audit_summary(session.read.parquet(str(out / "delivery_audit")))
         write_table(summary_df, out / "audit_summary", ())
         row = _one_row(session, out / "audit_summary")

@@ -165,6 +165,11 @@ def _fill_stats(raw: DataFrame, chunks: Sequence[ChunkInfo]) -> None:
         c.first_us, c.last_us = r["first_us"], r["last_us"]
 
 
+def _printable(text: str, limit: int = 120) -> str:
+    """The start of a line as it can be shown on a terminal (control bytes escaped)."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text[:limit])
+
+
 def _locate(chunk: ChunkInfo, source: Path, text: str | None) -> BadLine:
     """The corrupt line's number in its log file, found by its text in the chunk."""
     if not text:
@@ -172,10 +177,10 @@ def _locate(chunk: ChunkInfo, source: Path, text: str | None) -> BadLine:
     data = source.read_bytes()  # exactly the chunk's bytes: a whole file or a copy
     at = data.find(text.encode("utf-8"))
     if at < 0:
-        return BadLine(chunk.path, 0, text[:120])
+        return BadLine(chunk.path, 0, _printable(text))
     with Path(chunk.path).open("rb") as fh:
         before = fh.read(chunk.start).count(b"\n")
-    return BadLine(chunk.path, before + data.count(b"\n", 0, at) + 1, text[:120])
+    return BadLine(chunk.path, before + data.count(b"\n", 0, at) + 1, _printable(text))
 
 
 def _read_staged(spark: SparkSession, out: Path, columns: Sequence[str]) -> DataFrame:

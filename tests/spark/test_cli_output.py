@@ -1,0 +1,73 @@
+"""What a person sees: no Spark start-up noise unless --verbose, a progress line that
+stays plain off a terminal, corrupt lines named by file and line, aligned query tables.
+
+Each command runs as its own process, as a user runs it: the noise comes from the JVM
+start-up, which an in-process session (the test fixture's) has long passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
+NOISE = ("WARN", "log4j", "NativeCodeLoader", "native-hadoop", "incubator", "setLogLevel")
+
+
+def _line(ts: str, event: str, **fields: object) -> str:
+    base = {"ts": f"2026-11-22T07:00:{ts}Z", "level": "info", "node": "dev1"}
+    return json.dumps({**base, "service": "listener", "event": event, "schema": "1.0", **fields})
+
+
+def _etl(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.run(
+        [sys.executable, "-m", "spark_pipeline", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_quiet_run_progress_bad_lines_and_query_tables(tmp_path: Path) -> None:
+    logs = tmp_path / "logs" / "dev1"
+    logs.mkdir(parents=True)
+    good = [
+        _line(f"{i:02d}.000000", "message.published", msg_id=f"m{i}", client_id="P",
+              topic="t", qos=1, retain=False, size=10)
+        for i in range(1, 6)
+    ]  # fmt: skip
+    lines = [*good[:3], '{"ts": "2026-11-22T07:00:09Z", "event": "message.pub', *good[3:]]
+    (logs / "listener.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+
+    res = _etl("run", "--logs", str(tmp_path / "logs"), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert not [n for n in NOISE if n in res.stderr], res.stderr
+    assert "\r" not in res.stderr, "off a terminal the bar prints plain lines"
+    assert "step 1/11 parse" in res.stderr and "events read" in res.stderr, res.stderr
+    assert "events/s" in res.stderr
+    assert f"{logs / 'listener.jsonl'}:4: " in res.stderr, "names the file and line"
+    assert "corrupt_lines   1" in res.stdout
+
+    sql = "SELECT 'a/long/topic' AS topic, 7 AS n UNION ALL SELECT 't', 12345"
+    res = _etl("query", sql, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert not [n for n in NOISE if n in res.stderr], res.stderr
+    head, sep, row1, row2, count = res.stdout.splitlines()
+    assert head == "topic        |     n" and set(sep) == {"-", "+"}
+    assert row1 == "a/long/topic |     7" and row2 == "t            | 12345"
+    assert count == "(2 rows)"
+
+    res = _etl("query", sql, "--out", str(out), "--verbose")
+    assert res.returncode == 0, res.stderr
+    assert [n for n in NOISE if n in res.stderr], "--verbose shows Spark's own output"
