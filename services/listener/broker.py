@@ -375,12 +375,17 @@ class Broker:
         )
 
     def accept_forwarded(
-        self, item: forward_pb2.Forwarded, done: Callable[[str | None], None], stream: FlowParty
+        self,
+        item: forward_pb2.Forwarded,
+        done: Callable[[str | None], None],
+        settle: Callable[[str | None], None] | None,
+        stream: FlowParty,
     ) -> None:
         """A copy another node forwarded: delivered or queued here by the rule of
         ``Router`` (never forwarded on: a session that moved again is the sender's to
         find, through gossip, and its copy is answered as failed). ``done`` hears when it
-        is delivered or durable; a congested subscriber holds the ``stream`` back as it
+        is delivered or durable; ``settle``, for a shared group's copy, when its member
+        acknowledged or lost it; a congested subscriber holds the ``stream`` back as it
         would a local publisher."""
         key = (item.mountpoint, item.client_id)
         msg = convert.message_from_pb(item.message)
@@ -390,11 +395,11 @@ class Broker:
             hold_back(cast(FlowParty, target), stream, asyncio.get_running_loop())
         share: str = item.share
         if target is not None and (qos == 0 or not target.persistent):
-            if share and qos:  # done once the member acknowledges it (``shared_acked``)
-                shared = Shared(share, _NO_KEYS, Completion(done), True)
-                target.deliver(OutboundMessage(msg, qos, retain, sub_ids, None, False, shared))
-                return
-            target.deliver(OutboundMessage(msg, qos, retain, sub_ids))
+            shared: Shared | None = None
+            if share and qos:  # settled when the member acknowledges it (``shared_acked``)
+                waiter = Completion(settle) if settle is not None else None
+                shared = Shared(share, _NO_KEYS, waiter, settle is not None)
+            target.deliver(OutboundMessage(msg, qos, retain, sub_ids, None, False, shared))
             done(None)
             return
         if share and qos and target is None and not self.router.lives_here(key):
@@ -619,7 +624,7 @@ class Broker:
                     self.forwarder.forward(new, copy)
                 else:
                     item = forward_pb2.Forwarded.FromString(copy.body)
-                    self.accept_forwarded(item, _waiter_done(copy), self._rehomed_party)
+                    self.accept_forwarded(item, _waiter_done(copy), None, self._rehomed_party)
             log.emit("forward.rerouted", "info", from_node=old, copies=len(copies))
 
     def _reassert(self, key: SessionKey) -> None:

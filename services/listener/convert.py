@@ -290,6 +290,7 @@ def forward_batch(
     acked: int,
     items: list[tuple[int, bytes]],
     resent_upto: int = 0,
+    heard: list[int] | None = None,
 ) -> bytes:
     """A ``ForwardBatch`` serialized, each item a ``(seq, forwarded_body)``: one join per
     batch, where the generated classes would build and copy a message per copy."""
@@ -312,6 +313,8 @@ def forward_batch(
     if resent_upto:
         parts.append(b"\x28")
         parts.append(varint(resent_upto))
+    if heard:
+        _put(parts, b"\x32", b"".join([varint(s) for s in heard]))  # packed
     return b"".join(parts)
 
 

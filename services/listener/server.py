@@ -156,7 +156,9 @@ async def _start_forwarding(
     ``cluster.forward_listen``, and tell the cluster where (gossip prefix ``listeners``,
     keyed by this process's route), before any client can connect."""
     peers = peer_channel.create_server(settings.cookie)
-    forward_pb2_grpc.add_ForwardServicer_to_server(ForwardServicer(broker.accept_forwarded), peers)
+    forward_pb2_grpc.add_ForwardServicer_to_server(
+        ForwardServicer(broker.accept_forwarded, broker.forwarder.incarnation), peers
+    )
     address = processes.forward_address(settings.forward_listen, index)
     host = address.rpartition(":")[0]
     port = peers.add_insecure_port(address)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from services.pb import common_pb2 as services_dot_pb_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19services/pb/forward.proto\x12\x0eternmq.forward\x1a\x18services/pb/common.proto\"\xa2\x01\n\tForwarded\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x12\n\nmountpoint\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x0b\n\x03qos\x18\x04 \x01(\r\x12\x0e\n\x06retain\x18\x05 \x01(\x08\x12\x0f\n\x07sub_ids\x18\x06 \x03(\r\x12$\n\x07message\x18\x07 \x01(\x0b\x32\x13.ternmq.MqttMessage\x12\r\n\x05share\x18\x08 \x01(\t\"\x81\x01\n\x0c\x46orwardBatch\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\r\n\x05\x61\x63ked\x18\x03 \x01(\x04\x12(\n\x05items\x18\x04 \x03(\x0b\x32\x19.ternmq.forward.Forwarded\x12\x13\n\x0bresent_upto\x18\x05 \x01(\x04\"*\n\nForwardAck\x12\x0c\n\x04upto\x18\x01 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x02 \x03(\x04\"D\n\x0eListenerRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x32Q\n\x07\x46orward\x12\x46\n\x06Stream\x12\x1c.ternmq.forward.ForwardBatch\x1a\x1a.ternmq.forward.ForwardAck(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19services/pb/forward.proto\x12\x0eternmq.forward\x1a\x18services/pb/common.proto\"\xa2\x01\n\tForwarded\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x12\n\nmountpoint\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x0b\n\x03qos\x18\x04 \x01(\r\x12\x0e\n\x06retain\x18\x05 \x01(\x08\x12\x0f\n\x07sub_ids\x18\x06 \x03(\r\x12$\n\x07message\x18\x07 \x01(\x0b\x32\x13.ternmq.MqttMessage\x12\r\n\x05share\x18\x08 \x01(\t\"\x90\x01\n\x0c\x46orwardBatch\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\r\n\x05\x61\x63ked\x18\x03 \x01(\x04\x12(\n\x05items\x18\x04 \x03(\x0b\x32\x19.ternmq.forward.Forwarded\x12\x13\n\x0bresent_upto\x18\x05 \x01(\x04\x12\r\n\x05heard\x18\x06 \x03(\x04\"M\n\nForwardAck\x12\x0c\n\x04upto\x18\x01 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x02 \x03(\x04\x12\x0f\n\x07settled\x18\x03 \x03(\x04\x12\x10\n\x08returned\x18\x04 \x03(\x04\"D\n\x0eListenerRecord\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x32Q\n\x07\x46orward\x12\x46\n\x06Stream\x12\x1c.ternmq.forward.ForwardBatch\x1a\x1a.ternmq.forward.ForwardAck(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,11 +35,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FORWARDED']._serialized_start=72
   _globals['_FORWARDED']._serialized_end=234
   _globals['_FORWARDBATCH']._serialized_start=237
-  _globals['_FORWARDBATCH']._serialized_end=366
-  _globals['_FORWARDACK']._serialized_start=368
-  _globals['_FORWARDACK']._serialized_end=410
-  _globals['_LISTENERRECORD']._serialized_start=412
-  _globals['_LISTENERRECORD']._serialized_end=480
-  _globals['_FORWARD']._serialized_start=482
-  _globals['_FORWARD']._serialized_end=563
+  _globals['_FORWARDBATCH']._serialized_end=381
+  _globals['_FORWARDACK']._serialized_start=383
+  _globals['_FORWARDACK']._serialized_end=460
+  _globals['_LISTENERRECORD']._serialized_start=462
+  _globals['_LISTENERRECORD']._serialized_end=530
+  _globals['_FORWARD']._serialized_start=532
+  _globals['_FORWARD']._serialized_end=613
 # @@protoc_insertion_point(module_scope)

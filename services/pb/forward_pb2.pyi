@@ -28,26 +28,32 @@ class Forwarded(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., sub_ids: _Optional[_Iterable[int]] = ..., message: _Optional[_Union[_common_pb2.MqttMessage, _Mapping]] = ..., share: _Optional[str] = ...) -> None: ...
 
 class ForwardBatch(_message.Message):
-    __slots__ = ("sender", "incarnation", "acked", "items", "resent_upto")
+    __slots__ = ("sender", "incarnation", "acked", "items", "resent_upto", "heard")
     SENDER_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ACKED_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     RESENT_UPTO_FIELD_NUMBER: _ClassVar[int]
+    HEARD_FIELD_NUMBER: _ClassVar[int]
     sender: str
     incarnation: int
     acked: int
     items: _containers.RepeatedCompositeFieldContainer[Forwarded]
     resent_upto: int
-    def __init__(self, sender: _Optional[str] = ..., incarnation: _Optional[int] = ..., acked: _Optional[int] = ..., items: _Optional[_Iterable[_Union[Forwarded, _Mapping]]] = ..., resent_upto: _Optional[int] = ...) -> None: ...
+    heard: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, sender: _Optional[str] = ..., incarnation: _Optional[int] = ..., acked: _Optional[int] = ..., items: _Optional[_Iterable[_Union[Forwarded, _Mapping]]] = ..., resent_upto: _Optional[int] = ..., heard: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ForwardAck(_message.Message):
-    __slots__ = ("upto", "failed")
+    __slots__ = ("upto", "failed", "settled", "returned")
     UPTO_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    RETURNED_FIELD_NUMBER: _ClassVar[int]
     upto: int
     failed: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, upto: _Optional[int] = ..., failed: _Optional[_Iterable[int]] = ...) -> None: ...
+    settled: _containers.RepeatedScalarFieldContainer[int]
+    returned: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, upto: _Optional[int] = ..., failed: _Optional[_Iterable[int]] = ..., settled: _Optional[_Iterable[int]] = ..., returned: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListenerRecord(_message.Message):
     __slots__ = ("node", "address", "incarnation")

@@ -10,7 +10,9 @@ taken it, unacknowledged, before it went).
 
 - ``random``: n3 dies at message 300. n1 picked n3's member for messages that were on
   their way there or with it, and for those sent before the cluster saw n3 down: n1
-  picks again for them (``shared.redelivered``).
+  picks again for them (``shared.redelivered``). A fourth member on n2 never
+  acknowledges anything, and its connection drops at message 600: n2 returns every
+  copy it held to n1, which gives them to the others.
 - ``prefer_local``: n1's own member goes first (its connection drops at message 300:
   n1 gives what it held to the others), then n3 dies at message 600, as under random.
 - ``local_only``: n3 dies at message 300: every message stays with n1's member. Then a
@@ -32,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from services.common.pids import alive
+from tests.conformance.client import connected
 from tests.integration.test_cluster_broker import subscriber_node
 from tests.integration.test_cluster_membership import N1, N2, N3, pid_of
 from tests.support.clients import Client, Received
@@ -120,6 +123,11 @@ def test_s17_a_shared_groups_messages_survive_a_members_node(cluster: tuple[str,
     # (acknowledged publishes, what happens then)
     steps: list[tuple[int, Callable[[], None]]] = [(KILL_AFTER, lambda: _kill(base, N3))]
     gone = {N3}
+    if policy == "random":
+        stuck = connected(MQTT[N2], "s17-m4")[0]  # reads nothing, acknowledges nothing
+        assert stuck.subscribe(SHARE, 1).reason_codes == (1,)
+        wait_for(lambda: subscriber_node(base, N1, "s17-m4") == N2, BOUND, 0.2, "m4 on n1")
+        steps.append((2 * KILL_AFTER, stuck.close))
     if policy == "prefer_local":
         steps = [(KILL_AFTER, members[N1].drop), (2 * KILL_AFTER, steps[0][1])]
         gone = {N1, N3}
@@ -169,9 +177,13 @@ def test_s17_a_shared_groups_messages_survive_a_members_node(cluster: tuple[str,
     assert "s17-m3" in lost_by, f"no copy n3's member held went to another member: {again[:5]}"
     if policy == "prefer_local":
         assert got[N1], "n1's member got nothing before it left"
-    stayed = {members[n].client_id for n in NODES if n not in gone}
+    if policy == "random":
+        returned = [e for e in again if e["client_id"] == "s17-m4"]
+        assert returned, "n2 gave back none of the copies its stuck member held"
+        assert {e["reason"] for e in returned} == {"member_gone"}
+        assert {e["to"] for e in returned} <= {"s17-m1", "s17-m2"}
     after_n3 = [e for e in again if e["client_id"] == "s17-m3"]
-    assert all(e["to"] in stayed for e in after_n3), f"not given to a live member: {after_n3}"
+    assert all(e["to"] not in ("", "s17-m3") for e in after_n3), f"not to a live one: {after_n3}"
 
 
 def _no_local_member_drops(base: Path, left: str) -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from services.listener.forward.inbox import Inbox
 from services.listener.forward.outbox import Outbox, OutboxFull
+from services.listener.forward.parked import Parked
 from services.listener.forward.sender import Copy
 from services.pb import common_pb2
 
@@ -24,7 +25,7 @@ def test_outbox_resends_after_a_break_and_acks_in_order() -> None:
     o.rewind()
     assert o.unsent() == 3
     assert o.take(5) == [(1, "a"), (2, "b"), (3, "c")]
-    assert o.ack(2, {2}) == [("a", True), ("b", False)]
+    assert o.ack(2, {2}) == [(1, "a", True), (2, "b", False)]
     o.rewind()
     assert o.take(5) == [(3, "c")]
 
@@ -50,7 +51,7 @@ def test_outbox_withdraws_only_what_no_stream_carried() -> None:
     assert o.withdraw(lambda x: x in "abd") == ["d"]
     assert o.take(9) == [(1, "a"), (2, "b"), (3, "c"), (5, "e")]  # 4 is a gap
     assert o.withdraw(lambda x: True) == []  # all sent on this stream
-    assert o.ack(5, set()) == [("a", True), ("b", True), ("c", True), ("e", True)]
+    assert o.ack(5, set()) == [(1, "a", True), (2, "b", True), (3, "c", True), (5, "e", True)]
     assert len(o) == 0
 
 
@@ -63,7 +64,7 @@ def test_outbox_takes_back_what_it_is_told_sent_or_not_and_keeps_the_rest_in_ord
     assert o.take(9) == [(6, "f")]
     o.rewind()
     assert o.take(9) == [(1, "a"), (3, "c"), (6, "f")]
-    assert o.ack(6, {3}) == [("a", True), ("c", False), ("f", True)]
+    assert o.ack(6, {3}) == [(1, "a", True), (3, "c", False), (6, "f", True)]
 
 
 def test_inbox_drops_resends_and_acks_cumulatively() -> None:
@@ -72,20 +73,20 @@ def test_inbox_drops_resends_and_acks_cumulatively() -> None:
     box.complete(2, ok=True)
     assert box.take_ack() is None  # 1 is still out
     box.complete(1, ok=False)
-    assert box.take_ack() == (2, [1])
+    assert box.take_ack() == (2, [1], [], [])
     assert box.take_ack() is None
-    assert box.take_ack(again=True) == (2, [1])  # a new stream hears it again
+    assert box.take_ack(again=True) == (2, [1], [], [])  # a new stream hears it again
     box.confirm(2)
-    assert box.take_ack(again=True) == (2, [])
+    assert box.take_ack(again=True) == (2, [], [], [])
     assert box.accept(3)
     box.complete(3, ok=False)
-    assert box.take_ack() == (3, [3])  # lost with a broken stream
+    assert box.take_ack() == (3, [3], [], [])  # lost with a broken stream
     box.confirm(2)  # a batch sent before the sender heard it
-    assert box.take_ack(again=True) == (3, [3])  # so the failure is still told
+    assert box.take_ack(again=True) == (3, [3], [], [])  # so the failure is still told
     box.confirm(3)
     assert box.accept(7)  # a gap: the sender expired 4..6
     box.complete(7, ok=True)
-    assert box.take_ack() == (7, [])
+    assert box.take_ack() == (7, [], [], [])
 
 
 ops = st.lists(
@@ -121,7 +122,7 @@ def test_a_breaking_link_routes_each_copy_at_most_once_in_order_with_one_outcome
     fresh = True  # the receiver has no inbox for this sender yet
     # (sender's acked, batch, resent_upto)
     to_receiver: list[tuple[int, list[tuple[int, int]], int]] = []
-    to_sender: list[tuple[int, list[int]]] = []
+    to_sender: list[tuple[int, list[int], list[int], list[int]]] = []
     routed: list[int] = []
     pending: dict[int, int] = {}  # seq -> item, routed and not complete
     fate: dict[int, bool | None] = {}  # item -> completed ok? (None: unknown)
@@ -168,9 +169,9 @@ def test_a_breaking_link_routes_each_copy_at_most_once_in_order_with_one_outcome
             if ack:
                 to_sender.append(ack)
         elif op == "ack" and to_sender:
-            upto, failed = to_sender.pop(0)
+            upto, failed, _settled, _returned = to_sender.pop(0)
             heard_upto = max(heard_upto, upto)
-            for item, ok in outbox.ack(upto, set(failed)):
+            for _seq, item, ok in outbox.ack(upto, set(failed)):
                 assert item not in outcomes, "two outcomes for one copy"
                 outcomes[item] = "ok" if ok else "failed"
         elif op == "break" and allow_break:
@@ -391,7 +392,7 @@ def test_a_copy_completed_while_an_ack_is_on_its_way_is_acknowledged_next() -> N
 
     async def run() -> None:
         dones: list[Callable[[str | None], None]] = []
-        servicer = ForwardServicer(lambda item, done, party: dones.append(done))
+        servicer = ForwardServicer(lambda item, done, settle, party: dones.append(done))
         batches: asyncio.Queue[forward_pb2.ForwardBatch | None] = asyncio.Queue()
 
         async def requests() -> AsyncIterator[forward_pb2.ForwardBatch]:
@@ -486,3 +487,157 @@ def test_a_node_going_down_gives_back_its_shared_copies_and_holds_the_others() -
             await fw.stop()
 
     asyncio.run(run())
+
+
+def test_an_inbox_reports_a_shared_copys_outcome_once_its_copy_is_acknowledged() -> None:
+    box = Inbox()
+    for seq in (1, 2, 3):
+        box.accept(seq)
+    box.complete(2, ok=True)
+    box.outcome(2, settled=True)  # the member was quick; 1 is still being appended
+    assert box.take_ack() is None  # nothing to say: upto has not reached 2
+    box.complete(1, ok=True)
+    box.complete(3, ok=True)
+    box.outcome(3, settled=False)
+    assert box.take_ack() == (3, [], [2], [3])
+    assert box.take_ack() is None
+    assert box.take_ack(again=True) == (3, [], [2], [3])  # a new stream: not heard yet
+    box.confirm_outcomes([2, 3])
+    assert box.take_ack(again=True) == (3, [], [], [])
+
+
+def test_parked_copies_wait_for_their_outcome_and_are_bounded() -> None:
+    p: Parked[str] = Parked(capacity=3, max_age=10.0)
+    assert p.peer_run(7) == []  # the peer's first answer: nothing held before it
+    for seq, item in enumerate("abcd", 1):
+        p.park(seq, item, now=float(seq))
+    assert p.forgotten == 1 and len(p) == 3  # "a", the oldest, made room
+    p.settle(2)
+    assert p.returned(3) == "c"
+    assert p.returned(3) is None  # a repeated outcome
+    assert p.heard() == [2, 3, 3]
+    assert p.heard() == []
+    p.park(5, "e", now=20.0)
+    p.expire(now=16.0)  # "d" parked at 4.0, more than 10 s ago
+    assert p.forgotten == 2 and len(p) == 1
+    assert p.peer_run(7) == []  # the same run
+    assert p.peer_run(8) == ["e"]  # a new run: what the old one held died with it
+    assert len(p) == 0
+
+
+shared_ops = st.lists(
+    st.sampled_from(
+        ["push", "send", "deliver", "member", "member", "ack", "break", "restart", "down"]
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shared_ops, st.randoms(use_true_random=False))
+def test_a_shared_copy_is_settled_only_if_its_member_has_it_and_otherwise_comes_back(
+    script: list[str], rng: random.Random
+) -> None:
+    """The link of shared copies, over lost streams, receiver restarts and the node
+    seen down: each copy ends exactly once at the sender, settled (only if its member
+    acknowledged it) or back to be picked again (whenever its member did not: it lost
+    it, or its node died or restarted with it). A copy its member acknowledged may still
+    come back when the news died with the receiver: a duplicate, never a loss."""
+    outbox: Outbox[int] = Outbox(capacity=1000)
+    parked: Parked[int] = Parked(capacity=1000, max_age=1e9)
+    inbox, run = Inbox(), 1
+    fresh = True
+    to_receiver: list[tuple[list[tuple[int, int]], int, list[int]]] = []
+    to_sender: list[tuple[int, list[int], list[int], list[int]]] = []
+    with_member: dict[int, int] = {}  # seq -> item, delivered, no outcome yet
+    member_acked: set[int] = set()  # items
+    ended: dict[int, str] = {}  # item -> "settled" | "back"
+    next_item = 0
+
+    def end(item: int, how: str) -> None:
+        assert item not in ended, f"two ends for copy {item}"
+        ended[item] = how
+
+    def step(op: str, faults: bool = True) -> None:
+        nonlocal inbox, run, fresh, next_item
+        if op == "push":
+            outbox.push(next_item, 0.0)
+            next_item += 1
+        elif op == "send":
+            for item in parked.peer_run(run):  # the stream's metadata names the run
+                end(item, "back")
+            batch = outbox.take(rng.randint(1, 4))
+            if batch:
+                to_receiver.append((batch, outbox.resent_upto, parked.heard()))
+        elif op == "deliver" and to_receiver:
+            batch, resent_upto, heard = to_receiver.pop(0)
+            if fresh:
+                inbox.doubtful_upto, fresh = resent_upto, False
+            inbox.confirm_outcomes(heard)
+            for seq, item in batch:
+                if not inbox.accept(seq):
+                    continue
+                if inbox.doubtful(seq):
+                    inbox.complete(seq, False)
+                    continue
+                inbox.complete(seq, True)  # delivered to the member
+                with_member[seq] = item
+            ack = inbox.take_ack()
+            if ack:
+                to_sender.append(ack)
+        elif op == "member" and with_member:
+            seq = rng.choice(sorted(with_member))
+            item = with_member.pop(seq)
+            acked = rng.random() < 0.7
+            if acked:
+                member_acked.add(item)
+            inbox.outcome(seq, acked)
+            ack = inbox.take_ack()
+            if ack:
+                to_sender.append(ack)
+        elif op == "ack" and to_sender:
+            upto, failed, settled, returned = to_sender.pop(0)
+            for seq, item, ok in outbox.ack(upto, set(failed)):
+                if ok:
+                    parked.park(seq, item, 0.0)
+                else:
+                    end(item, "back")
+            for seq in settled:
+                parked.settle(seq)
+            for seq in returned:
+                item = parked.returned(seq)
+                if item is not None:
+                    end(item, "back")
+        elif op == "break" and faults:
+            to_receiver.clear()
+            to_sender.clear()
+            outbox.rewind()
+            again = inbox.take_ack(again=True)
+            if again:
+                to_sender.append(again)
+        elif op == "restart" and faults:
+            with_member.clear()  # the members' sessions died with the node
+            inbox, run, fresh = Inbox(), run + 1, True
+            to_receiver.clear()
+            to_sender.clear()
+            outbox.rewind()
+        elif op == "down" and faults:
+            # the view saw the node down: everything it may hold comes back
+            for item in parked.take_all() + outbox.take_back(lambda _i: True):
+                end(item, "back")
+            with_member.clear()
+            inbox, run, fresh = Inbox(), run + 1, True
+            to_receiver.clear()
+            to_sender.clear()
+            outbox.rewind()
+
+    for op in script:
+        step(op)
+    for i in range(6000):  # heal: every member answers, every message arrives
+        if not (len(outbox) or len(parked) or to_receiver or to_sender or with_member):
+            break
+        step(("send", "deliver", "member", "ack")[i % 4], faults=False)
+    assert not len(parked) and not len(outbox)
+    settled_items = set(range(next_item)) - {i for i, how in ended.items() if how == "back"}
+    assert settled_items <= member_acked, "settled, but its member never acknowledged it"
+    assert set(ended) | settled_items == set(range(next_item))

@@ -16,6 +16,12 @@ lost with a broken stream must not turn a failure into a success. A gap in ``seq
 copies (and appended them to a queue a replica kept): it answers them as failed
 (``doubtful``), so their publishers send again, rather than queueing a second copy.
 
+A shared group's copy (``Forwarded.share``) has a second outcome, its member's: it
+acknowledged the copy (``settled``) or lost it (``returned``: its session ended first).
+The sender keeps such a copy after the cumulative acknowledgement covers it, until its
+outcome comes (see ``parked``). Outcomes are reported once ``upto`` covers their copy,
+and repeated on every new stream until the sender confirms it heard them (``heard``).
+
 Worked example::
 
     box = Inbox()
@@ -23,13 +29,17 @@ Worked example::
     box.complete(2, ok=True)                       # 1 still out: nothing to ack yet
     box.take_ack() is None
     box.complete(1, ok=False)
-    box.take_ack() == (2, [1])
+    box.take_ack() == (2, [1], [], [])
     box.confirm(2)                                 # the sender heard it
+    box.outcome(2, settled=True)                   # copy 2 was shared: its member has it
+    box.take_ack() == (2, [], [2], [])
+    box.confirm_outcomes([2])
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 
 
 class Inbox:
@@ -37,7 +47,9 @@ class Inbox:
         "_acked",
         "_done_upto",
         "_failed",
+        "_fresh",
         "_new_failure",
+        "_outcomes",
         "_pending",
         "accepted",
         "doubtful_upto",
@@ -55,6 +67,8 @@ class Inbox:
         # Copies up to here were sent to an earlier run of this node, which may have
         # taken them: they are answered as failed, never routed (``doubtful``).
         self.doubtful_upto = 0
+        self._outcomes: dict[int, bool] = {}  # shared copies' outcomes, not yet heard
+        self._fresh: list[int] = []  # ... of which these were never sent
 
     def accept(self, seq: int) -> bool:
         """True if ``seq`` is new and must be routed; False for a resent copy."""
@@ -92,11 +106,32 @@ class Inbox:
         if self._failed and self._failed[0] <= sender_acked:
             self._failed = [s for s in self._failed if s > sender_acked]
 
-    def take_ack(self, again: bool = False) -> tuple[int, list[int]] | None:
-        """The acknowledgement to send now, or None if there is nothing new (``again``:
-        repeat the last one, for a stream that just attached)."""
-        if self._done_upto <= self._acked and not self._new_failure and not again:
+    def outcome(self, seq: int, settled: bool) -> None:
+        """A shared copy's member acknowledged it (``settled``) or lost it."""
+        if seq not in self._outcomes:
+            self._outcomes[seq] = settled
+            self._fresh.append(seq)
+
+    def confirm_outcomes(self, heard: Iterable[int]) -> None:
+        """The sender has taken in these outcomes."""
+        outcomes = self._outcomes
+        for seq in heard:
+            outcomes.pop(seq, None)
+
+    def take_ack(self, again: bool = False) -> tuple[int, list[int], list[int], list[int]] | None:
+        """The acknowledgement to send now: (upto, failed, settled, returned), or None if
+        there is nothing new (``again``: repeat what the sender may not have heard, for a
+        stream that just attached)."""
+        upto = max(self._acked, self._done_upto)
+        ready = [s for s in self._fresh if s <= upto]
+        if upto <= self._acked and not self._new_failure and not ready and not again:
             return None
         self._new_failure = False
-        self._acked = max(self._acked, self._done_upto)
-        return self._acked, list(self._failed)
+        self._acked = upto
+        if ready:
+            self._fresh = [s for s in self._fresh if s > upto]
+        if again:
+            ready = [s for s in self._outcomes if s <= upto]
+        settled = [s for s in ready if self._outcomes.get(s) is True]
+        returned = [s for s in ready if self._outcomes.get(s) is False]
+        return upto, list(self._failed), settled, returned

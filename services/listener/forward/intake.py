@@ -16,7 +16,9 @@ from services.listener.forward.inbox import Inbox
 from services.pb import forward_pb2
 
 Done = Callable[[str | None], None]  # None: delivered or queued; else why it failed
-Accept = Callable[[forward_pb2.Forwarded, Done, FlowParty], None]
+# (copy, done, settle, stream): ``settle``, for a shared group's copy only, hears its
+# member's outcome later (None: acknowledged; else why it lost the copy)
+Accept = Callable[[forward_pb2.Forwarded, Done, Done | None, FlowParty], None]
 Wakes = dict[tuple[str, int], asyncio.Event]
 
 
@@ -40,7 +42,8 @@ def intake(
             complete(inbox, wakes, key, seq, "sent to an earlier run of this node")
             continue
         taken += 1
-        accept(item, partial(complete, inbox, wakes, key, seq), party)
+        settle = partial(settled, inbox, wakes, key, seq) if item.share else None
+        accept(item, partial(complete, inbox, wakes, key, seq), settle, party)
     return taken, resent
 
 
@@ -50,6 +53,16 @@ def complete(
     """A copy's ``done``, bound with ``partial`` (a closure per copy cost more): the
     inbox learns its outcome and the stream now attached for its sender sends the ack."""
     inbox.complete(seq, failure is None)
+    wake = wakes.get(key)
+    if wake is not None:
+        wake.set()
+
+
+def settled(
+    inbox: Inbox, wakes: Wakes, key: tuple[str, int], seq: int, failure: str | None
+) -> None:
+    """A shared copy's ``settle``: its member's outcome, for the sender to hear."""
+    inbox.outcome(seq, failure is None)
     wake = wakes.get(key)
     if wake is not None:
         wake.set()

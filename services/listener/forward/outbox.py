@@ -23,7 +23,7 @@ Worked example::
     o.take(100) == [(1, "a"), (2, "b")]
     o.rewind()                                       # the stream broke
     o.take(100) == [(1, "a"), (2, "b")]              # sent again
-    o.ack(2, {2}) == [("a", True), ("b", False)]
+    o.ack(2, {2}) == [(1, "a", True), (2, "b", False)]
 """
 
 from __future__ import annotations
@@ -88,14 +88,14 @@ class Outbox(Generic[T]):
         while sent:
             self._unsent.appendleft(sent.pop())
 
-    def ack(self, upto: int, failed: Collection[int]) -> list[tuple[T, bool]]:
+    def ack(self, upto: int, failed: Collection[int]) -> list[tuple[int, T, bool]]:
         """The peer is done with every copy up to ``upto``; ``failed`` did not make it.
-        Returns each acknowledged copy with its outcome, in ``seq`` order."""
-        out: list[tuple[T, bool]] = []
+        Returns each acknowledged copy with its seq and outcome, in ``seq`` order."""
+        out: list[tuple[int, T, bool]] = []
         for items in (self._sent, self._unsent):
             while items and items[0][0] <= upto:
                 seq, item, _t = items.popleft()
-                out.append((item, seq not in failed))
+                out.append((seq, item, seq not in failed))
         return out
 
     def withdraw(self, pick: Callable[[T], bool]) -> list[T]:

@@ -25,6 +25,7 @@ from services.listener.forward.intake import Accept, intake
 from services.pb import forward_pb2, forward_pb2_grpc
 
 MAX_OUTSTANDING = 10_000
+RUN_KEY = "ternmq-run"  # initial metadata: this listener's incarnation
 IDLE_INBOX_S = 300.0  # an inbox no stream used for this long is forgotten
 
 
@@ -50,8 +51,9 @@ class StreamParty:
 
 
 class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
-    def __init__(self, accept: Accept) -> None:
+    def __init__(self, accept: Accept, incarnation: int = 0) -> None:
         self.accept = accept
+        self.incarnation = incarnation  # this listener's run, in every acknowledgement
         self.inboxes: dict[tuple[str, int], Inbox] = {}
         self._wakes: dict[tuple[str, int], asyncio.Event] = {}  # the stream now attached
         self.received = 0
@@ -60,7 +62,8 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
     async def Stream(
         self, request_iterator: AsyncIterator[forward_pb2.ForwardBatch], context: Any
     ) -> AsyncIterator[forward_pb2.ForwardAck]:
-        await context.send_initial_metadata(())  # the sender knows the stream is up
+        # the sender knows the stream is up, and which run of this listener it reached
+        await context.send_initial_metadata(((RUN_KEY, str(self.incarnation)),))
         wake = asyncio.Event()
         attached: list[tuple[str, int]] = []  # the sender, once its first batch is read
         first = True  # a new stream hears the inbox's state at once (a resender's acks)
@@ -79,7 +82,9 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
                     ack = inbox.take_ack(again=first) if inbox else None
                     first = False
                     if ack is not None:
-                        yield forward_pb2.ForwardAck(upto=ack[0], failed=ack[1])
+                        yield forward_pb2.ForwardAck(
+                            upto=ack[0], failed=ack[1], settled=ack[2], returned=ack[3]
+                        )
                 if reader.done():
                     reader.result()  # a bug in reading is raised, not swallowed
                     return
@@ -110,6 +115,8 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
                 attached.append(key)
             self._wakes[key] = wake
             inbox.confirm(batch.acked)
+            if batch.heard:
+                inbox.confirm_outcomes(batch.heard)
             received, resent = intake(batch.items, inbox, self.accept, party, self._wakes, key)
             self.received += received
             self.resent += resent

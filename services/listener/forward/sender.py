@@ -31,11 +31,13 @@ their subscriptions in gossip naming the new node), the broker withdraws them
 copy that no stream carried cannot be on the old node, so it is sent once.
 
 A shared group's QoS >= 1 copy for a member that is not persistent (``Copy.share``) is
-owed by the group, not by that member: the receiving node acknowledges it only once the
-member has (PUBACK, or PUBREC for QoS 2), and reports it failed if the member's session
-ends first. Such a copy that fails, expires, or waits for a node the view shows down
-(sent or not: the member died with its node) is handed to ``lost``, and the broker picks
-another member for it.
+owed by the group, not by that member. Once the receiving node has delivered it, the
+link keeps it (:class:`~services.listener.forward.parked.Parked`) until the member's
+outcome follows: acknowledged (PUBACK, or PUBREC for QoS 2), or lost (its session ended
+first). A shared copy that the member lost, that failed or expired, that waits for or
+was taken by a node the view shows down (the member died with its node), or that a
+peer's previous run held, is handed to ``lost``, and the broker picks another member
+for it. A slow member holds nothing else up: the link's acknowledgements go on.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ from services.common.peer.channel import Caller, channel
 from services.common.session_key import SessionKey
 from services.listener import convert, flow
 from services.listener.forward.outbox import Outbox, OutboxFull
+from services.listener.forward.parked import Parked
+from services.listener.forward.receiver import RUN_KEY
 from services.listener.processes import node_of
 from services.pb import forward_pb2
 
@@ -64,6 +68,7 @@ STREAM = "/ternmq.forward.Forward/Stream"
 LINK_LIMITS = flow.FlowLimits(20_000, 10_000)  # copies unacknowledged: hold / release
 CONNECT_TIMEOUT = 2.0
 TICK = 0.5  # s between expiry checks
+PARKED_MAX_AGE = 600.0  # s a shared copy waits for its member's outcome, at most
 
 
 class Waiter(Protocol):
@@ -104,6 +109,7 @@ class PeerLink:
         self.node = node
         self.timeout = timeout
         self.outbox: Outbox[Copy] = Outbox(capacity)
+        self.parked: Parked[Copy] = Parked(capacity, PARKED_MAX_AGE)
         self.connected = False
         self.heard_upto = 0
         self.sent = 0
@@ -153,6 +159,7 @@ class PeerLink:
             reader: asyncio.Task[None] | None = None
             try:
                 await asyncio.wait_for(call.wait_for_connection(), CONNECT_TIMEOUT)
+                self._met(await call.initial_metadata())
                 self.connected = True
                 backoff = 0.1
                 reader = asyncio.create_task(self._read(call), name=f"forward-acks-{self.node}")
@@ -173,6 +180,7 @@ class PeerLink:
                             self.heard_upto,
                             [(seq, c.body) for seq, c in copies],
                             self.outbox.resent_upto,
+                            self.parked.heard(),
                         )
                     )
                     self.sent += len(copies)
@@ -200,6 +208,16 @@ class PeerLink:
             await self._idle(backoff)
             backoff = min(backoff * 2, 1.0)
 
+    def _met(self, metadata: object) -> None:
+        """The peer's run, from its stream's initial metadata: the shared copies parked
+        for an earlier run died with it, and go back to be picked again."""
+        run = 0
+        for key, value in metadata or ():  # type: ignore[attr-defined]
+            if key == RUN_KEY:
+                run = int(value)
+        for copy in self.parked.peer_run(run):
+            self.forwarder.lost(self.node, copy, "node_restarted")
+
     def held(self) -> bool:
         return node_of(self.node) in self.forwarder.down
 
@@ -208,13 +226,24 @@ class PeerLink:
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
         async for ack in call:
+            parked = self.parked
             self.heard_upto = max(self.heard_upto, ack.upto)
             failed = set(ack.failed)
-            for copy, ok in self.outbox.ack(ack.upto, failed):
-                if not ok and copy.share:
-                    self.forwarder.lost(self.node, copy, "member_gone")
+            now = time.monotonic()
+            for seq, copy, ok in self.outbox.ack(ack.upto, failed):
+                if copy.share:
+                    if ok:
+                        parked.park(seq, copy, now)
+                    else:
+                        self.forwarder.lost(self.node, copy, "member_gone")
                 elif copy.waiter is not None:
                     copy.waiter.step(None if ok else f"{self.node} did not take it")
+            for seq in ack.settled:
+                parked.settle(seq)
+            for seq in ack.returned:
+                back = parked.returned(seq)
+                if back is not None:
+                    self.forwarder.lost(self.node, back, "member_gone")
             flow.progressed(self, LINK_LIMITS)
 
     async def _idle(self, delay: float, reader: asyncio.Task[None] | None = None) -> None:
@@ -229,8 +258,10 @@ class PeerLink:
         for fut in pending:
             if fut is not reader:
                 fut.cancel()
-        for copy in self.outbox.expire(time.monotonic(), self.timeout):
+        now = time.monotonic()
+        for copy in self.outbox.expire(now, self.timeout):
             self.forwarder.fail(self.node, copy, "node_unreachable")
+        self.parked.expire(now)
         flow.drained(self, LINK_LIMITS)
 
 
@@ -281,7 +312,7 @@ class Forwarder:
             if node_of(route) in back:
                 link.wake()
             elif node_of(route) in gone:
-                for copy in link.outbox.take_back(_shared):
+                for copy in link.parked.take_all() + link.outbox.take_back(_shared):
                     self.lost(route, copy, "node_down")
 
     def set_peer(self, node: str, address: str | None) -> None:
@@ -336,6 +367,7 @@ class Forwarder:
                 "held": link.held(),
                 "waiting": len(link.outbox),
                 "sent": link.sent,
+                "shared_unsettled": len(link.parked),
             }
             for n, link in sorted(self.links.items())
         }
