@@ -45,7 +45,9 @@ class ForwardServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Stream(self, request_iterator, context):
-        """The caller's batches; the callee's cumulative acknowledgements.
+        """The caller's batches; the callee's cumulative acknowledgements. The callee's initial
+        metadata carries ``ternmq-run``, its listener's incarnation: shared copies that a
+        previous run held died with it (ForwardAck ``returned``).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
