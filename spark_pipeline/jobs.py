@@ -53,7 +53,7 @@ BYTES_PER_PARTITION: Final = 256 * 2**20
 MAX_PARTITIONS: Final = 2000
 # Rows of these tables depend only on the lines of their own UTC date.
 TIME_TABLES: Final = frozenset(
-    {"message_flow", "delivery_latency", "latency_by_minute", "node_load"}
+    {"message_flow", "delivery_latency", "latency_by_minute", "latency_histogram", "node_load"}
 )
 
 
@@ -77,6 +77,7 @@ def table_builders(
         "delivery_latency": lambda: flow.delivery_latency(events),
         "latency_by_minute": lambda: flow.latency_by_minute(events),
         "latency_overall": lambda: flow.latency_overall(events),
+        "latency_histogram": lambda: flow.latency_histogram(events),
         "delivery_audit": lambda: audit.delivery_audit(
             cache(audit.publisher_order(events)),
             cache(audit.delivery_pairs(events)),

@@ -84,7 +84,9 @@ class ProgressBar:
                 self._draw(line)
 
     def status(self) -> str:
-        """The status line as it stands."""
+        """The status line as it stands (empty until the first step starts)."""
+        if self.step == 0:
+            return ""
         tracker = self.sc.statusTracker()
         done = total = 0
         for sid in tracker.getActiveStageIds():

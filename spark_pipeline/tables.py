@@ -25,6 +25,7 @@ TABLES: Final = (
     TableSpec("delivery_latency", ("date",), "Per minute and topic: latency percentiles."),
     TableSpec("latency_by_minute", (), "Per minute, all topics: latency percentiles."),
     TableSpec("latency_overall", (), "One row: latency percentiles of the whole run."),
+    TableSpec("latency_histogram", (), "Per minute and doubling latency bucket: deliveries."),
     TableSpec(
         "delivery_audit",
         ("date",),

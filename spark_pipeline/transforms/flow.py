@@ -97,3 +97,17 @@ def latency_by_minute(events: DataFrame) -> DataFrame:
 def latency_overall(events: DataFrame) -> DataFrame:
     """One row: the whole run's latency percentiles (the report's headline p99)."""
     return _spread(_delivered(events).agg(*_latency_aggs()), [])
+
+
+def latency_histogram(events: DataFrame) -> DataFrame:
+    """Per minute and latency bucket: deliveries. Buckets double: [0, 1), [1, 2), [2, 4) …
+    µs, each named by its lower bound, so minutes add up to any coarser histogram."""
+    us = F.greatest(F.col("latency_us"), F.lit(0))
+    bucket = F.when(us < 1, F.lit(0)).otherwise(
+        F.pow(F.lit(2.0), F.floor(F.log2(us))).cast("long")  # exact: powers of two
+    )
+    return (
+        _delivered(events)
+        .groupBy(minute(F.col("ts")).alias("minute"), bucket.alias("bucket_us"))
+        .agg(F.count(F.lit(1)).alias("deliveries"))
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,7 @@ def test_quiet_run_progress_bad_lines_and_query_tables(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert not [n for n in NOISE if n in res.stderr], res.stderr
     assert "\r" not in res.stderr, "off a terminal the bar prints plain lines"
-    assert "step 1/11 parse" in res.stderr and "events read" in res.stderr, res.stderr
+    assert re.search(r"step 1/\d+ parse", res.stderr) and "events read" in res.stderr
     assert "events/s" in res.stderr
     assert f"{logs / 'listener.jsonl'}:4: " in res.stderr, "names the file and line"
     assert "corrupt_lines   1" in res.stdout

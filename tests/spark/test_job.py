@@ -212,7 +212,7 @@ def test_run_job_twice_and_query_it(spark: SparkSession, tmp_path: Path) -> None
     res = runner.invoke(etl, ["report", "--out", str(out), "--html", str(html)])
     assert res.exit_code == 0, res.output
     assert "1 lost, 1 duplicated, 1 out of order" in res.stdout
-    assert html.read_text().count("<svg") == 3
+    assert html.read_text().count('<svg xmlns="http://www.w3.org/2000/svg" class="chart') == 6
 
     register_tables(spark, out)
     queries = re.findall(r"```sql\n(.*?)```", (ROOT / "docs" / "analytics.md").read_text(), re.S)

@@ -8,32 +8,50 @@ import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
+import pytest
+
 from spark_pipeline.query import format_csv, format_json, format_table
 from spark_pipeline.report import ReportData, headline, render_html
-from spark_pipeline.svg import bar_chart, line_chart
+from spark_pipeline.svg import bar_chart, time_chart
 
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def test_line_chart_is_valid_svg_with_one_polyline_per_series() -> None:
-    svg = line_chart("T <&>", {"a": [(0, 1), (60, 5)], "b": [(0, 2), (60, 0)]}, lambda x: f"{x:g}s")
+def test_time_chart_draws_lines_and_points_with_labelled_axes() -> None:
+    pts = {"a": [(0, 1), (60, 5), (120, 2)], "b": [(0, 2), (60, 0), (120, 1)]}
+    svg = time_chart("T <&>", pts, "messages / minute")
     root = ET.fromstring(svg)
     lines = root.findall(f"{SVG}polyline")
-    assert len(lines) == 2
+    assert len(lines) == 2 and all(x.get("class") == "mark" for x in lines)
     ys = [float(p.split(",")[1]) for p in lines[0].get("points", "").split()]
     assert ys[0] > ys[1], "a larger value is drawn higher (smaller y)"
-    assert "T &lt;&amp;&gt;" in svg
+    assert len(root.findall(f"{SVG}circle")) == 6, "few points are marked"
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert "T &lt;&amp;&gt;" in svg and "messages / minute" in texts
+    assert "time (UTC, per minute)" in texts and "00:00" in texts
 
 
-def test_bar_chart_heights_are_proportional() -> None:
-    root = ET.fromstring(bar_chart("drops", [("queue_full", 10), ("expired", 5)]))
-    heights = [float(r.get("height", "0")) for r in root.findall(f"{SVG}rect")]
+def test_a_single_minute_is_drawn_as_bars() -> None:
+    svg = time_chart("one minute", {"published": [(420.0, 10)], "delivered": [(420.0, 7)]}, "n")
+    rects = [r for r in ET.fromstring(svg).iter(f"{SVG}rect") if r.get("class") == "mark"]
+    heights = sorted(float(r.get("height", "0")) for r in rects)
+    assert len(rects) == 2 and heights[0] > 0 and heights[1] / heights[0] == pytest.approx(10 / 7)
+
+
+def test_bar_chart_heights_are_proportional_and_stack() -> None:
+    svg = bar_chart("drops", ["queue_full", "expired"], {"n": [10, 5]}, "messages", "reason")
+    root = ET.fromstring(svg)
+    heights = [float(r.get("height", "0")) for r in root.iter(f"{SVG}rect") if r.get("class")]
     assert heights[0] == 2 * heights[1] > 0
+    stacked = bar_chart("w", ["s1"], {"lost": [3], "dup": [1]}, "pairs", "sub", stacked=True)
+    marks = [r for r in ET.fromstring(stacked).iter(f"{SVG}rect") if r.get("class") == "mark"]
+    bottom = [float(r.get("y", "0")) + float(r.get("height", "0")) for r in marks]
+    assert bottom[1] == pytest.approx(float(marks[0].get("y", "0"))), "dup sits on lost"
 
 
 def test_empty_charts_say_so() -> None:
-    assert "no data" in bar_chart("x", [])
-    assert "no data" in line_chart("x", {"a": []}, str)
+    assert "no data" in bar_chart("x", [], {}, "y", "x")
+    assert "no data" in time_chart("x", {"a": []}, "y")
 
 
 def _data() -> ReportData:
@@ -60,8 +78,8 @@ def test_headline_and_html() -> None:
     assert "1 lost" in text and "2 out of order" in text and "p99 900 us" in text
     assert "3 refused" in text
     html = render_html(_data())
-    assert html.count("<svg") == 3
-    assert "dev3" in html
+    assert html.count("<svg") == 6
+    assert "dev3" in html and 'id="audit"' in html
 
 
 def test_query_formats() -> None:
