@@ -225,13 +225,20 @@ class Connection(ActionExecutor):
     def _continue(self) -> None:
         if self.closed or self.session is None or flow.is_held(self):
             return  # held back: resume_input calls again
-        packets, self._backlog = self._backlog, None
-        error, self._backlog_error = self._backlog_error, None
+        packets, error = self._take_backlog()
         if packets or error is not None:
             self._work(packets or [], error)
+        # ``_work`` may have queued a new backlog: read it afresh. (Assigned None in this
+        # method, the attribute would stay narrowed to None here, and the compiled check
+        # would raise on the list ``_work`` put there.)
         if not self._backlog and self._held is None and not self.closed and not flow.is_held(self):
             assert self.transport is not None
             self.transport.resume_reading()
+
+    def _take_backlog(self) -> tuple[list[Packet] | None, MQTTError | None]:
+        taken = self._backlog, self._backlog_error
+        self._backlog = self._backlog_error = None
+        return taken
 
     def _protocol_error(self, error: MQTTError, now: float) -> None:
         assert self.session is not None
