@@ -287,9 +287,16 @@ class StoreClient:
                 self._answer(result)
         finally:
             call.cancel()
-        if self._sender_error is not None:
-            raise StreamBroken(f"sending a batch failed: {self._sender_error!r}")
+        failed = self._sender_failed()  # not ``self._sender_error``: see there
+        if failed is not None:
+            raise StreamBroken(f"sending a batch failed: {failed!r}")
         raise StreamBroken("stream ended by the msgstore")
+
+    def _sender_failed(self) -> Exception | None:
+        """What the request side failed with. Read through a method: ``_session`` set the
+        attribute to None before awaiting, and a read there stays narrowed to None, which
+        the compiled check would turn into a TypeError instead of ``StreamBroken``."""
+        return self._sender_error
 
     async def _next_request(self) -> bytes:
         """The request side of the stream (``_Requests``): ship the open batch whenever a
