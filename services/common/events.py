@@ -94,8 +94,9 @@ _SPECS: Final = [
     _e(
         "webhook.failed",
         "A webhook endpoint could not be asked (timeout, connection error, a status other "
-        "than 200, an answer that is not JSON, modifiers that cannot be applied): the hook's "
-        "client was refused.",
+        "than 200, an answer that is not JSON, modifiers that cannot be applied). For an "
+        "auth hook the client was refused; for on_deliver the message went unchanged; a "
+        "modifier ternmq does not apply is reported once per process, and nobody refused.",
         hook="str",
         endpoint="str",
         reason="str",
