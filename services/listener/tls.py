@@ -122,6 +122,9 @@ class TlsServer:
             backlog=4096,
             reuse_port=reuse_port,
         )
+        if listener.buffer_size:  # accepted sockets inherit them (listener.tcp.buffer_sizes)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, listener.buffer_size)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, listener.buffer_size)
         self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
         self._task: asyncio.Task[None] | None = None

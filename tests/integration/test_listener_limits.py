@@ -1,4 +1,5 @@
-"""Listener options on real sockets: ``max_connections`` and ``listener.tcp.buffer_sizes``."""
+"""Listener options on real sockets: ``max_connections`` and ``listener.tcp.buffer_sizes``
+(on the plain TCP listeners and on the TLS ones)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from services.listener.config import TcpListener
+from services.listener.config import TcpListener, TlsOptions
 from services.listener.server import _start_tcp
+from services.listener.tls import TlsServer, build_context
+from tests.support.certs import make_certs
 from tests.support.clients import Client
 from tests.support.node import Node, make_node, wait_for
 
@@ -97,3 +100,49 @@ def test_buffer_sizes_reach_accepted_sockets() -> None:
 
     uvloop.run(main())
     assert seen and seen[0][0] >= 2 * size and seen[0][1] >= 2 * size
+
+
+def test_buffer_sizes_reach_sockets_accepted_by_a_tls_listener(tmp_path: Path) -> None:
+    """TLS listeners accept on a socket of their own (``tls.TlsServer``): the sizes
+    reach what it accepts too."""
+    import ssl
+
+    size = 200 * 1024
+    certs = make_certs(tmp_path / "certs")
+    opts = TlsOptions(str(certs.server.cert), str(certs.server.key), str(certs.ca))
+    listener = TcpListener("t", "127.0.0.1", 0, "", frozenset({4}), 0, size, tls=opts)
+    seen: list[tuple[int, int]] = []
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            seen.append(
+                (
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+                )
+            )
+            transport.close()
+
+    async def main() -> None:
+        server = TlsServer(
+            listener,
+            build_context("t", opts),
+            lambda _peer, _who: Probe(),
+            lambda _peer, why: seen.append((-1, -1)),
+            reuse_port=False,
+        )
+        server.start()
+        client = ssl.create_default_context(cafile=str(certs.ca))
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", server.port, ssl=client, server_hostname="localhost"
+        )
+        for _ in range(200):  # bounded: 2 s
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+        await server.close()
+
+    uvloop.run(main())
+    assert seen and seen[0][0] >= 2 * size and seen[0][1] >= 2 * size, seen
