@@ -250,12 +250,27 @@ def run_etl(
     tables are written at once (see ``write_tables``). ``full`` forgets earlier runs.
     ``progress`` gets messages, ``steps`` each step as it starts (for a progress bar).
     """
+    out = Path(out_dir)
+    with manifest.locked(out):
+        return _run(logs_dir, out, spark, expect, master, progress, writers, full, steps)
+
+
+def _run(
+    logs_dir: Path | str,
+    out: Path,
+    spark: SparkSession | None,
+    expect: Path | str | Sequence[Expectation] | None,
+    master: str,
+    progress: Progress | None,
+    writers: int,
+    full: bool,
+    steps: Steps | None,
+) -> dict[str, Any]:
     say = progress or (lambda _msg: None)
     step = steps or (lambda _i, _n, _name: None)
     started = time.monotonic()
     expectations = _resolve_expect(expect)
     files = extract.find_log_files(Path(logs_dir))
-    out = Path(out_dir)
     columns = used_columns()
     previous = None if full else manifest.load(out)
     plan = manifest.plan(files, previous, columns)

@@ -21,9 +21,12 @@ those bytes once more with whatever was appended to them.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -112,6 +115,18 @@ def save(out: Path, manifest: Manifest) -> None:
     tmp = out / (NAME + ".tmp")
     tmp.write_text(json.dumps(manifest.to_json(), indent=1), encoding="utf-8")
     os.replace(tmp, out / NAME)
+
+
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold ``OUT/_etl.lock`` for a run: two runs into one ``--out`` would mix chunks."""
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "_etl.lock").open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another etl run is writing {out}") from None
+        yield
 
 
 def chain_of(path: Path) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from spark_pipeline import manifest
 from spark_pipeline.extract import find_log_files
 
@@ -73,3 +75,14 @@ def test_manifest_round_trips(tmp_path: Path) -> None:
     back = manifest.load(tmp_path / "out")
     assert back == state
     assert manifest.load(tmp_path / "nowhere") is None
+
+
+def test_one_run_at_a_time_per_output(tmp_path: Path) -> None:
+    with (
+        manifest.locked(tmp_path / "out"),
+        pytest.raises(RuntimeError, match="another etl run"),
+        manifest.locked(tmp_path / "out"),
+    ):
+        pass
+    with manifest.locked(tmp_path / "out"):  # released after the run
+        pass
