@@ -54,6 +54,7 @@ class Inbox:
         "accepted",
         "doubtful_upto",
         "last_seen",
+        "taking",
     )
 
     def __init__(self, now: float = 0.0) -> None:
@@ -68,6 +69,9 @@ class Inbox:
         # taken them: they are answered as failed, never routed (``doubtful``).
         self.doubtful_upto = 0
         self._outcomes: dict[int, bool] = {}  # shared copies' outcomes, not yet heard
+        # True while a batch's copies are handed out (``intake``): their completions then
+        # need not wake the stream, which answers once the batch is taken
+        self.taking = False
         self._fresh: list[int] = []  # ... of which these were never sent
 
     def accept(self, seq: int) -> bool:
@@ -83,9 +87,16 @@ class Inbox:
         return seq <= self.doubtful_upto
 
     def complete(self, seq: int, ok: bool) -> None:
-        if seq in self._pending:
-            self._pending[seq] = ok
         pending = self._pending
+        if len(pending) == 1 and seq in pending:  # the usual case: done as soon as taken
+            pending.clear()
+            if not ok:
+                self._failed.append(seq)
+                self._new_failure = True
+            self._done_upto = self.accepted
+            return
+        if seq in pending:
+            pending[seq] = ok
         while pending:
             head, state = next(iter(pending.items()))
             if state is None:

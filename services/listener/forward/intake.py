@@ -33,6 +33,24 @@ def intake(
     """Hand every copy the inbox has not seen to ``accept``; (taken, resent)."""
     taken = 0
     resent = 0
+    inbox.taking = True  # the caller wakes the stream once the batch is taken
+    try:
+        taken, resent = _take(items, inbox, accept, party, wakes, key)
+    finally:
+        inbox.taking = False
+    return taken, resent
+
+
+def _take(
+    items: Iterable[forward_pb2.Forwarded],
+    inbox: Inbox,
+    accept: Accept,
+    party: FlowParty,
+    wakes: Wakes,
+    key: tuple[str, int],
+) -> tuple[int, int]:
+    taken = 0
+    resent = 0
     for item in items:
         seq: int = item.seq
         if not inbox.accept(seq):
@@ -53,6 +71,8 @@ def complete(
     """A copy's ``done``, bound with ``partial`` (a closure per copy cost more): the
     inbox learns its outcome and the stream now attached for its sender sends the ack."""
     inbox.complete(seq, failure is None)
+    if inbox.taking:
+        return
     wake = wakes.get(key)
     if wake is not None:
         wake.set()

@@ -69,6 +69,7 @@ LINK_LIMITS = flow.FlowLimits(20_000, 10_000)  # copies unacknowledged: hold / r
 CONNECT_TIMEOUT = 2.0
 TICK = 0.5  # s between expiry checks
 PARKED_MAX_AGE = 600.0  # s a shared copy waits for its member's outcome, at most
+_NO_KEYS: frozenset[SessionKey] = frozenset()
 
 
 class Waiter(Protocol):
@@ -77,11 +78,13 @@ class Waiter(Protocol):
     def step(self, failure: str | None) -> None: ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Copy:
     """One copy for another node, and who waits for it. ``body`` is its ``Forwarded``
     serialized without the ``seq`` (``convert.forwarded_body``): the link numbers it
-    when it batches it (``convert.forward_batch``)."""
+    when it batches it (``convert.forward_batch``). Its ``__init__`` is written out: one
+    is made per forwarded copy, and the one ``dataclass`` generates stays interpreted in
+    the compiled build (see ``session.messages``)."""
 
     client_id: str
     qos: int
@@ -89,9 +92,31 @@ class Copy:
     waiter: Waiter | None
     msg_id: str
     topic: str
-    mountpoint: str = ""
-    share: str = ""  # a shared group's copy for a member that is not persistent
-    excluded: frozenset[SessionKey] = frozenset()  # members that lost it already
+    mountpoint: str
+    share: str  # a shared group's copy for a member that is not persistent
+    excluded: frozenset[SessionKey]  # members that lost it already
+
+    def __init__(
+        self,
+        client_id: str,
+        qos: int,
+        body: bytes,
+        waiter: Waiter | None,
+        msg_id: str,
+        topic: str,
+        mountpoint: str = "",
+        share: str = "",
+        excluded: frozenset[SessionKey] = _NO_KEYS,
+    ) -> None:
+        self.client_id = client_id
+        self.qos = qos
+        self.body = body
+        self.waiter = waiter
+        self.msg_id = msg_id
+        self.topic = topic
+        self.mountpoint = mountpoint
+        self.share = share
+        self.excluded = excluded
 
 
 Dropped = Callable[[str, Copy, str], None]  # (node, copy, reason)
