@@ -134,7 +134,12 @@ class Connection(ActionExecutor):
         self.transport.set_write_buffer_limits(high=self._max_pending)
         self.metrics.connections.inc()
         self.session = Session(
-            self.limits, self.authorizer, self.peer, self.broker.msg_id_source, time.time()
+            self.limits,
+            self.authorizer,
+            self.peer,
+            self.broker.msg_id_source,
+            time.time(),
+            answers=self._hooks,  # on_auth_m5's verdicts (enhanced authentication)
         )
         self.execute(self.session.start(time.time()))
 

@@ -16,6 +16,7 @@ import pytest
 
 from services.listener.mqtt.types import NO_PROPERTIES, Connect, Properties, Publish
 from services.listener.session.auth import AllowAll
+from services.listener.session.handle_auth import AuthAnswer
 from services.listener.session.limits import SessionLimits
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.webhooks import runtime
@@ -241,13 +242,14 @@ def _auth_ok(code: int = 0, method: str = "M") -> Decision:
     return Decision("ok", {"reason_code": code, "properties": {"p_authentication_method": method}})
 
 
-def test_on_auth_m5_accepts_and_the_method_leaves_the_connect() -> None:
+def test_on_auth_m5_accepts_and_the_session_takes_the_verdict() -> None:
     hooks = _Scripted(["on_auth_m5"], {"on_auth_m5": _auth_ok()})
     gate = ConnectionHooks(hooks, AllowAll())
     pkt = _connect(method="M")
     assert gate.wants(pkt, 5) and not gate.wants(_connect(), 5)
     asyncio.run(gate.decide(pkt, _session(), "p:1"))
-    assert pkt.properties.authentication_method is None  # the session will not refuse it
+    assert pkt.properties.authentication_method == "M"  # the session answers it now
+    assert gate.auth_answer() == AuthAnswer(0) and gate.auth_answer() is None  # taken once
     assert gate.authenticate("c1", "u", b"pw", "p") == 0
     assert hooks.asked[0] == ("on_auth_m5", auth_m5_body("", "c1", "u", "M", b"d0"))
 
@@ -264,13 +266,14 @@ def test_on_auth_m5_then_auth_on_register_m5_decides() -> None:
     [
         (Decision("error", reason="bad credentials"), 0x87),
         (_auth_ok(method="OTHER"), 0x87),  # not the client's method
-        (_auth_ok(code=0x18), 0x8C),  # an AUTH exchange: not carried
+        (_auth_ok(code=0x18), 0x18),  # an AUTH exchange: the session continues it
     ],
 )
-def test_on_auth_m5_refusals(answer: Decision, code: int) -> None:
+def test_on_auth_m5_verdicts(answer: Decision, code: int) -> None:
     gate = ConnectionHooks(_Scripted(["on_auth_m5"], {"on_auth_m5": answer}), AllowAll())
     asyncio.run(gate.decide(_connect(method="M"), _session(), "p:1"))
-    assert gate.authenticate("c1", "u", b"pw", "p") == code
+    verdict = gate.auth_answer()
+    assert verdict is not None and verdict.code == code
 
 
 def test_on_auth_m5_next_leaves_the_connect_to_the_session() -> None:
@@ -278,6 +281,7 @@ def test_on_auth_m5_next_leaves_the_connect_to_the_session() -> None:
     pkt = _connect(method="M")
     asyncio.run(gate.decide(pkt, _session(), "p:1"))
     assert pkt.properties.authentication_method == "M" and gate.connect is None
+    assert gate.auth_answer() is None  # the session refuses the method (0x8C)
 
 
 # -- PUBLISH: the qos modifier ------------------------------------------------------------

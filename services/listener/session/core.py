@@ -14,6 +14,9 @@ States and transitions::
                           v
                         CLOSED (absorbing: inputs return [], deliveries Dropped)
 
+A CONNECT naming an Authentication Method stays CONNECTING while its AUTH exchange
+runs (``handle_auth``, ``Session.auth``); only AUTH and DISCONNECT may arrive then.
+
 Inbound packets of a connected client are dispatched through a table to one module per
 packet type (``handle_connect``, ``handle_publish``, ``handle_puback``, ...), the shape
 of mosquitto's ``handle_<packet>.c``; timers go to ``handle_timeout``, deliveries to
@@ -41,6 +44,7 @@ from typing import Any, Final
 
 from services.listener.mqtt.errors import MQTTError, ProtocolError
 from services.listener.mqtt.types import (
+    Auth,
     Connect,
     Disconnect,
     Packet,
@@ -57,6 +61,7 @@ from services.listener.mqtt.types import (
 from services.listener.mqtt.types import ReasonCode as R
 from services.listener.session import (
     ending,
+    handle_auth,
     handle_connect,
     handle_disconnect,
     handle_ping,
@@ -96,6 +101,7 @@ _CONNECTED: Final[dict[type, Handler]] = {
     Unsubscribe: handle_unsubscribe.handle_unsubscribe,
     Pingreq: handle_ping.handle_pingreq,
     Disconnect: handle_disconnect.handle_disconnect,
+    Auth: handle_auth.handle_auth,
 }
 """Inbound packets a connected client may send; anything else is a protocol error."""
 
@@ -104,7 +110,9 @@ class Session:
     """One client connection's MQTT state; see the module docstring."""
 
     __slots__ = (
+        "answers",
         "assigned_client_id",
+        "auth",
         "authorizer",
         "clean_start",
         "client_id",
@@ -141,6 +149,7 @@ class Session:
         peer: str,
         msg_ids: Callable[[], str],
         now: float,
+        answers: handle_auth.AuthAnswers | None = None,
     ) -> None:
         self.limits = limits
         self.authorizer = authorizer
@@ -167,6 +176,9 @@ class Session:
         self.register_sent = False
         self.ended = False
         self.early: list[Packet] | None = None  # pipelined behind CONNECT, until CONNACK
+        # enhanced authentication (handle_auth): who answers it, and its state if used
+        self.answers = answers
+        self.auth: handle_auth.EnhancedAuth | None = None
         # -- connected state ------------------------------------------------------------
         self.last_seen = now
         self.inbound: handle_publish.Inbound | None = None  # see handle_publish.inbound_of
@@ -197,6 +209,9 @@ class Session:
                 raise _unexpected(pkt)
             return handler(self, pkt, now)
         if state is SessionState.CONNECTING:
+            if self.auth is not None:  # the CONNECT's AUTH exchange runs
+                self.last_seen = now
+                return handle_auth.during_connect(self, pkt, now)
             if not isinstance(pkt, Connect):
                 raise ProtocolError(f"{type(pkt).__name__} before CONNECT [MQTT-3.1.0-1]")
             self.last_seen = now
@@ -251,6 +266,11 @@ class Session:
         if self.connected:
             actions += self.outbound.drain(now)
         return actions
+
+    def begin_auth(self, pkt: Connect, now: float) -> list[Action]:
+        """A CONNECT names an Authentication Method: ``handle_auth`` takes it over (through
+        here, as ``handle_auth`` builds on ``handle_connect``)."""
+        return handle_auth.begin(self, pkt, now)
 
     @property
     def connected(self) -> bool:
@@ -309,7 +329,9 @@ class Session:
     # -- timers and endings ---------------------------------------------------------------
 
     def handle_timeout(self, name: str, now: float) -> list[Action]:
-        """A ``SetTimer`` fired: "connect", "keepalive" or "retry"."""
+        """A ``SetTimer`` fired: "connect", "keepalive", "retry" or "auth"."""
+        if name == "auth":
+            return handle_auth.handle_timeout(self, now)
         return handle_timeout.handle_timeout(self, name, now)
 
     def handle_takeover(self, now: float) -> list[Action]:

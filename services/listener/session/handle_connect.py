@@ -4,7 +4,10 @@ Theory of operation: checks run in the order a client can fix them, each refusin
 through ``Session.fail`` with the reason code the spec names (CONNACK 0x84 / return code
 1 for a version this listener does not speak, 0x85 / 2 for a client id, 0x8C for an
 enhanced authentication method, 0x86 / 4 and 0x87 / 5 from the authenticator, 0x9A /
-0x9B / 0x95 for a will this server cannot carry). A CONNECT that passes becomes a
+0x9B / 0x95 for a will this server cannot carry). A CONNECT naming an Authentication
+Method first goes through ``handle_auth`` (an AUTH exchange with the host's
+authenticator, 0x8C when none speaks the method), which calls ``admit`` once it
+succeeds. A CONNECT that passes becomes a
 ``Register`` action; the registry's answer comes back as ``handle_registered``, which
 sends the CONNACK built by ``accept`` with the v5 properties that tell the client this
 server's limits.
@@ -70,11 +73,21 @@ def handle_connect(s: Session, pkt: Connect, now: float) -> list[Action]:
         raise UnsupportedProtocolVersion(
             f"protocol level {version} not accepted on this listener [MQTT-3.1.2-2]"
         )
+    s.username = pkt.username
+    if version == 5:
+        _check_v5_properties(pkt.properties)
+        if pkt.properties.authentication_method is not None:
+            return s.begin_auth(pkt, now)  # handle_auth: admitted once the exchange succeeds
+    return admit(s, pkt, now)
+
+
+def admit(s: Session, pkt: Connect, now: float) -> list[Action]:
+    """The CONNECT, authenticated by its method if it named one: the checks that follow,
+    then Register. (After an AUTH exchange, with what ``auth_on_register`` rewrote.)"""
+    version = pkt.protocol_version
     s.connect_expiry = pkt.properties.session_expiry_interval or 0
     s.username = pkt.username
     s.clean_start = pkt.clean_start
-    if version == 5:
-        _check_v5_properties(pkt.properties)
     s.client_id = _client_id(s, pkt)
     s.keepalive = _keepalive(s, pkt)
     s.session_expiry = _session_expiry(s, pkt)
@@ -108,12 +121,6 @@ def refuse(s: Session, reason_code: int) -> list[Action]:
 
 
 def _check_v5_properties(props: Properties) -> None:
-    if props.authentication_method is not None:
-        # Enhanced authentication (AUTH exchanges) is not offered [MQTT-4.12.0-1].
-        raise refusal(
-            f"authentication method {props.authentication_method!r} not supported",
-            R.BAD_AUTHENTICATION_METHOD,
-        )
     if props.receive_maximum == 0:
         raise ProtocolError("Receive Maximum 0")
     if props.maximum_packet_size == 0:
@@ -229,4 +236,7 @@ def _connack_properties(s: Session) -> Properties:
         wildcard_subscription_available=int(limits.wildcard_subscription_available),
         subscription_identifier_available=1,
         shared_subscription_available=int(limits.shared_subscription_available),
+        # enhanced authentication: the CONNECT's method, the last answer's data [MQTT-4.12.0-5]
+        authentication_method=None if s.auth is None else s.auth.method,
+        authentication_data=None if s.auth is None else s.auth.reply,
     )

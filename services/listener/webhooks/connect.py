@@ -2,14 +2,14 @@
 Authentication Method, then ``auth_on_register(_m5)``, whose ``ok`` may change the
 session (VerneMQ's register modifiers).
 
-``on_auth_m5`` (enhanced authentication, MQTT 5 §4.12): the CONNECT's method and data
-go to the hook. An ``ok`` with ``reason_code`` 0 and the same method accepts the
-client; the method is then taken off the CONNECT (the session, which offers no AUTH
-exchange of its own, would refuse it with 0x8C) and ``auth_on_register_m5``, when
-registered, still decides. An error, a failure or an answer that cannot be applied
-refuses (0x87). ``reason_code`` 0x18 (continue authentication) asks for an AUTH
-exchange, which ternmq does not carry: the client is refused with 0x8C and the hook's
-answer logged. ``next`` leaves the CONNECT as it came (refused 0x8C, as without hook).
+``on_auth_m5`` (enhanced authentication, MQTT 5 §4.12): the CONNECT's method and data,
+and later each AUTH's, go to the hook (:func:`enhanced_auth`, :func:`auth_round`). Its
+verdict is an ``AuthAnswer`` the session takes (``session.handle_auth``): an ``ok``
+with the client's method and ``reason_code`` 0 accepts, 24 (0x18) continues the
+exchange with the answer's ``p_authentication_data`` sent in an AUTH; an error, a
+failure or an answer that cannot be applied refuses (0x87); ``next`` leaves it to
+ternmq, which speaks no method (None: 0x8C). After an accepting answer to a CONNECT,
+``auth_on_register_m5``, when registered, still decides.
 
 The register modifiers are applied before the session sees the CONNECT: the client id,
 mountpoint, user name and clean flag on the packet and session; ``max_message_size``,
@@ -25,19 +25,19 @@ from dataclasses import replace
 from typing import Any
 
 from services.listener.mqtt.codes import ReasonCode
-from services.listener.mqtt.types import Connect
+from services.listener.mqtt.types import Auth, Connect
+from services.listener.session.handle_auth import AuthAnswer
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.spec import (
     RegisterModifiers,
-    auth_m5_answer,
     auth_m5_body,
+    auth_m5_reply,
     hook_name,
     register_body,
     register_modifiers,
 )
 
 REFUSED = int(ReasonCode.NOT_AUTHORIZED)
-BAD_METHOD = int(ReasonCode.BAD_AUTHENTICATION_METHOD)
 
 
 def wants_auth(hooks: Webhooks, pkt: Connect) -> bool:
@@ -49,28 +49,40 @@ def wants_auth(hooks: Webhooks, pkt: Connect) -> bool:
     )
 
 
-async def enhanced_auth(hooks: Webhooks, pkt: Connect, s: Any) -> int | None:
-    """``on_auth_m5``'s verdict: 0 accepted, a reason code refused, None (``next``) for
-    ternmq's own rules. Unless ``next``, the method leaves the CONNECT."""
+async def enhanced_auth(hooks: Webhooks, pkt: Connect, s: Any) -> AuthAnswer | None:
+    """``on_auth_m5``'s verdict on a CONNECT with an Authentication Method."""
     method = pkt.properties.authentication_method
     assert method is not None
-    body = auth_m5_body(
-        s.mountpoint, pkt.client_id, pkt.username, method, pkt.properties.authentication_data
-    )
+    data = pkt.properties.authentication_data
+    body = auth_m5_body(s.mountpoint, pkt.client_id, pkt.username, method, data)
+    return await _ask(hooks, body, method)
+
+
+async def auth_round(
+    hooks: Webhooks, pkt: Auth, s: Any, connect: Connect | None
+) -> AuthAnswer | None:
+    """``on_auth_m5``'s verdict on an AUTH: the CONNECT's exchange going on (``connect``
+    held until it succeeds) or a re-authentication of the connected client ``s``."""
+    method = pkt.properties.authentication_method
+    assert method is not None
+    who = s if connect is None else connect
+    data = pkt.properties.authentication_data
+    body = auth_m5_body(s.mountpoint, who.client_id, who.username, method, data)
+    return await _ask(hooks, body, method)
+
+
+async def _ask(hooks: Webhooks, body: dict[str, Any], method: str) -> AuthAnswer | None:
     d = await hooks.ask("on_auth_m5", body)
     if d.result == "next":
         return None
-    pkt.properties = replace(pkt.properties, authentication_method=None, authentication_data=None)
     if d.result != "ok":
-        return REFUSED
-    code = auth_m5_answer(d.modifiers, method)
-    if isinstance(code, str):
-        hooks.invalid("on_auth_m5", code)
-        return REFUSED
-    if code != 0:
-        hooks.invalid("on_auth_m5", "continue authentication (an AUTH exchange) not supported")
-        return BAD_METHOD
-    return 0
+        return AuthAnswer(REFUSED, reason=d.reason or "refused by on_auth_m5")
+    reply = auth_m5_reply(d.modifiers, method)
+    if isinstance(reply, str):
+        hooks.invalid("on_auth_m5", reply)
+        return AuthAnswer(REFUSED, reason=reply)
+    code, data = reply
+    return AuthAnswer(code, data)
 
 
 async def register(hooks: Webhooks, pkt: Connect, s: Any, peer: str) -> tuple[

@@ -12,6 +12,11 @@ user name, clean flag and session limits (``connect``). A publish's ``qos`` modi
 cannot rewrite the packet (the client's acknowledgement follows the QoS it sent): it is
 kept here and applied to the routed message (:meth:`ConnectionHooks.routed`). A hook
 that fails (timeout, HTTP error) refuses, and ``webhook.failed`` says why.
+
+Enhanced authentication: ``on_auth_m5`` answers a CONNECT with an Authentication Method
+and each AUTH with that method after it; its verdict waits here for the session
+(:meth:`ConnectionHooks.auth_answer`, ``session.handle_auth``). When an exchange before
+CONNACK succeeds, ``auth_on_register_m5`` is asked for the CONNECT held meanwhile.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from services.listener.mqtt.types import Connect, Packet, Publish, Subscribe
+from services.listener.mqtt.types import Auth, Connect, Packet, Publish, Subscribe
 from services.listener.session.auth import Authorizer
+from services.listener.session.handle_auth import AuthAnswer
 from services.listener.session.messages import Message
 from services.listener.webhooks import connect
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.spec import (
+    CONTINUE_AUTHENTICATION,
     REFUSED_QOS,
     Decision,
     hook_name,
@@ -52,6 +59,11 @@ class ConnectionHooks:
         self.allow_publish = True  # auth_on_register's allow_publish / allow_subscribe
         self.allow_subscribe = True
         self.subscribe: dict[str, bool] = {}  # filter -> allowed (absent: ternmq decides)
+        # enhanced authentication (on_auth_m5): the method the hook took up, the CONNECT
+        # whose exchange runs (auth_on_register follows its success), the last verdict
+        self.auth_method: str | None = None
+        self.auth_connect: Connect | None = None
+        self.answer: AuthAnswer | None = None
 
     def wants(self, pkt: Packet, proto_ver: int) -> bool:
         """Whether ``pkt`` waits for a webhook before the session handles it."""
@@ -65,6 +77,9 @@ class ConnectionHooks:
             return self.webhooks.has(hook_name("auth_on_publish", proto_ver))
         if isinstance(pkt, Subscribe):
             return self.webhooks.has(hook_name("auth_on_subscribe", proto_ver))
+        if isinstance(pkt, Auth):  # another one is the session's protocol error
+            method = self.auth_method
+            return method is not None and pkt.properties.authentication_method == method
         return False
 
     async def decide(self, pkt: Packet, session: Any, peer: str) -> Packet:
@@ -82,6 +97,9 @@ class ConnectionHooks:
         hooks = self.webhooks
         if isinstance(pkt, Connect):
             await self._connect(pkt, s, peer)
+            return pkt
+        if isinstance(pkt, Auth):
+            await self._auth(pkt, s, peer)
             return pkt
         version = s.protocol_version
         if isinstance(pkt, Publish):
@@ -136,9 +154,34 @@ class ConnectionHooks:
         hooks = self.webhooks
         self.connect = None
         if connect.wants_auth(hooks, pkt):
-            self.connect = await connect.enhanced_auth(hooks, pkt, s)
-            if self.connect is None or self.connect != 0:
+            answer = self.answer = await connect.enhanced_auth(hooks, pkt, s)
+            if answer is None or answer.code not in (0, CONTINUE_AUTHENTICATION):
                 return  # next (the session refuses the method) or refused
+            self.auth_method = pkt.properties.authentication_method
+            if answer.code == CONTINUE_AUTHENTICATION:
+                self.auth_connect = pkt  # registered once the exchange succeeds
+                return
+            self.connect = 0  # accepted, unless auth_on_register says otherwise
+        await self._register(pkt, s, peer)
+
+    async def _auth(self, pkt: Auth, s: Any, peer: str) -> None:
+        """An AUTH of the CONNECT's exchange, or a re-authentication: ``on_auth_m5``."""
+        held = self.auth_connect
+        answer = self.answer = await connect.auth_round(self.webhooks, pkt, s, held)
+        if held is None or (answer is not None and answer.code == CONTINUE_AUTHENTICATION):
+            return
+        self.auth_connect = None
+        if answer is not None and answer.code == 0:
+            self.connect = 0
+            await self._register(held, s, peer)
+
+    def auth_answer(self) -> AuthAnswer | None:
+        """The session's enhanced authentication asks for the verdict (once)."""
+        answer, self.answer = self.answer, None
+        return answer
+
+    async def _register(self, pkt: Connect, s: Any, peer: str) -> None:
+        hooks = self.webhooks
         if not hooks.has(hook_name("auth_on_register", pkt.protocol_version)):
             return  # accepted by on_auth_m5 alone
         code, mods = await connect.register(hooks, pkt, s, peer)

@@ -311,6 +311,21 @@ def auth_m5_answer(mods: dict[str, Any], method: str) -> int | str:
     return int(code)
 
 
+def auth_m5_reply(mods: dict[str, Any], method: str) -> tuple[int, bytes | None] | str:
+    """An ``ok`` answer's reason code and the Authentication Data for the client (base64
+    in ``properties.p_authentication_data``, as VerneMQ's), or why they are not usable."""
+    code = auth_m5_answer(mods, method)
+    if isinstance(code, str):
+        return code
+    data = mods["properties"].get(AUTH_DATA)
+    if data is None:
+        return code, None
+    try:
+        return code, base64.b64decode(str(data), validate=True)
+    except ValueError:
+        return f"{AUTH_DATA} {data!r} is not base64"
+
+
 # -- auth_on_register's session modifiers ---------------------------------------------------
 # VerneMQ's modifier -> the SessionLimits field it sets, and a converter to its unit.
 LIMIT_MODIFIERS: dict[str, tuple[str, float]] = {
