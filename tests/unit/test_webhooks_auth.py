@@ -98,6 +98,7 @@ def test_an_exchange_before_connack_then_auth_on_register_m5() -> None:
     assert gate.auth_answer() == AuthAnswer(0x18, b"s1")
     assert [h for h, _ in hooks.asked] == ["on_auth_m5"]  # no register yet
     assert gate.wants(auth(), 5) and not gate.wants(auth(method="OTHER"), 5)
+    assert not gate.wants(auth(code=0), 5)  # not the client's to send: no question
     asyncio.run(gate.decide(auth(), s, "10.0.0.1:5"))
     assert gate.auth_answer() == AuthAnswer(0, b"fin")
     hook, body = hooks.asked[1]

@@ -33,6 +33,7 @@ from services.listener.webhooks import connect
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.spec import (
     CONTINUE_AUTHENTICATION,
+    RE_AUTHENTICATE,
     REFUSED_QOS,
     Decision,
     hook_name,
@@ -79,7 +80,11 @@ class ConnectionHooks:
             return self.webhooks.has(hook_name("auth_on_subscribe", proto_ver))
         if isinstance(pkt, Auth):  # another one is the session's protocol error
             method = self.auth_method
-            return method is not None and pkt.properties.authentication_method == method
+            return (
+                method is not None
+                and pkt.properties.authentication_method == method
+                and pkt.reason_code in (CONTINUE_AUTHENTICATION, RE_AUTHENTICATE)
+            )
         return False
 
     async def decide(self, pkt: Packet, session: Any, peer: str) -> Packet:

@@ -282,6 +282,7 @@ def _valid_topic(topic: str) -> bool:
 AUTH_METHOD = "p_authentication_method"  # VerneMQ's property names in JSON bodies
 AUTH_DATA = "p_authentication_data"
 CONTINUE_AUTHENTICATION = 0x18
+RE_AUTHENTICATE = 0x19
 
 
 def auth_m5_body(
