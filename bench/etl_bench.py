@@ -162,6 +162,7 @@ def main(
         "--driver-memory",
         driver_memory,
         "--json",
+        "--full",  # runs are incremental by default: measure a whole run every time
     ]
     if expect is not None:
         spark_cmd += ["--expect", str(expect)]
