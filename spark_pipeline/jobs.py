@@ -271,6 +271,8 @@ def _run(
     started = time.monotonic()
     expectations = _resolve_expect(expect)
     files = extract.find_log_files(Path(logs_dir))
+    if not files:
+        raise FileNotFoundError(f"no *.jsonl or *.jsonl.N log files below {logs_dir}")
     columns = used_columns()
     previous = None if full else manifest.load(out)
     plan = manifest.plan(files, previous, columns)
