@@ -43,9 +43,8 @@ def build_mqload(out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     src = out / "mqload.c"
     shutil.copy(MQLOAD_SRC, src)
-    subprocess.run(
-        ["patch", "-s", str(src), str(ROOT / "bench" / "mqload-sub-port.patch")], check=True
-    )
+    for patch in ("mqload-sub-port.patch", "mqload-ws.patch"):  # --sub-port, then --ws
+        subprocess.run(["patch", "-s", str(src), str(ROOT / "bench" / patch)], check=True)
     exe = out / "mqload-sub-port"
     subprocess.run(["gcc", "-O2", "-o", str(exe), str(src)], check=True)
     return exe
