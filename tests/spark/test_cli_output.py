@@ -1,8 +1,9 @@
 """What a person sees: no Spark start-up noise unless --verbose, a progress line that
 stays plain off a terminal, corrupt lines named by file and line, aligned query tables.
 
-Each command runs as its own process, as a user runs it: the noise comes from the JVM
-start-up, which an in-process session (the test fixture's) has long passed.
+The run and the verbose query run as their own processes, as a user runs them: the
+noise comes from the JVM start-up, which an in-process session (the test fixture's) has
+long passed. The plain query's table is checked in process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from spark_pipeline.cli import etl
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +44,7 @@ def _etl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_quiet_run_progress_bad_lines_and_query_tables(tmp_path: Path) -> None:
+def test_quiet_run_progress_bad_lines_and_query_tables(spark: SparkSession, tmp_path: Path) -> None:
     logs = tmp_path / "logs" / "dev1"
     logs.mkdir(parents=True)
     good = [
@@ -61,10 +66,9 @@ def test_quiet_run_progress_bad_lines_and_query_tables(tmp_path: Path) -> None:
     assert "corrupt_lines   1" in res.stdout
 
     sql = "SELECT 'a/long/topic' AS topic, 7 AS n UNION ALL SELECT 't', 12345"
-    res = _etl("query", sql, "--out", str(out))
-    assert res.returncode == 0, res.stderr
-    assert not [n for n in NOISE if n in res.stderr], res.stderr
-    head, sep, row1, row2, count = res.stdout.splitlines()
+    query = CliRunner().invoke(etl, ["query", sql, "--out", str(out)])  # the test's session
+    assert query.exit_code == 0, query.output
+    head, sep, row1, row2, count = query.stdout.splitlines()
     assert head == "topic        |     n" and set(sep) == {"-", "+"}
     assert row1 == "a/long/topic |     7" and row2 == "t            | 12345"
     assert count == "(2 rows)"
@@ -72,3 +76,4 @@ def test_quiet_run_progress_bad_lines_and_query_tables(tmp_path: Path) -> None:
     res = _etl("query", sql, "--out", str(out), "--verbose")
     assert res.returncode == 0, res.stderr
     assert [n for n in NOISE if n in res.stderr], "--verbose shows Spark's own output"
+    assert res.stdout == query.stdout

@@ -56,7 +56,7 @@ def ts_of(line: str) -> str:
 
 def test_incremental_runs_equal_a_full_run(spark: SparkSession, tmp_path: Path) -> None:
     cfg = SynthConfig(
-        events=4000, nodes=2, lose=0.02, duplicate=0.02, reorder=0.02, corrupt=2,
+        events=3000, nodes=2, lose=0.02, duplicate=0.02, reorder=0.02, corrupt=2,
         rotate_bytes=10**9, start_us=START, seed=5,
     )  # fmt: skip
     generate(cfg, tmp_path / "src")

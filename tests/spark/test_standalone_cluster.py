@@ -117,7 +117,7 @@ def snapshot(spark: SparkSession, out: Path) -> dict[str, list[str]]:
 
 def test_cluster_run_equals_local_run(spark: SparkSession, cluster: str, tmp_path: Path) -> None:
     cfg = SynthConfig(
-        events=2000, nodes=2, lose=0.02, duplicate=0.02, reorder=0.02, corrupt=2,
+        events=1200, nodes=2, lose=0.02, duplicate=0.02, reorder=0.02, corrupt=2,
         rotate_bytes=150_000, seed=11,
     )  # fmt: skip
     generate(cfg, tmp_path / "logs")
@@ -129,6 +129,10 @@ def test_cluster_run_equals_local_run(spark: SparkSession, cluster: str, tmp_pat
             *("--logs", str(tmp_path / "logs"), "--out", str(tmp_path / "cluster")),
             *("--driver-memory", "1g", "--conf", "spark.executor.memory=512m"),
             *("--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2"),
+            # As the test session (conftest): tiny frames, so no per-query compile or
+            # per-stage re-planning; the tables do not depend on either.
+            *("--conf", "spark.sql.adaptive.enabled=false"),
+            *("--conf", "spark.sql.codegen.wholeStage=false"),
             "--json",
         ],
         capture_output=True,
