@@ -70,24 +70,30 @@ def test_max_connections_closes_the_extra_connection_and_frees_a_slot(tmp_path: 
         assert node.stop() == 0, node.output()
 
 
+class _Probe(asyncio.Protocol):
+    """Notes an accepted socket's (SO_SNDBUF, SO_RCVBUF), then closes it."""
+
+    def __init__(self, seen: list[tuple[int, int]]) -> None:
+        self.seen = seen
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        self.seen.append(
+            (
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+            )
+        )
+        transport.close()
+
+
 def test_buffer_sizes_reach_accepted_sockets() -> None:
     size = 200 * 1024  # Linux reports twice what was set (bookkeeping overhead)
     seen: list[tuple[int, int]] = []
 
-    class Probe(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            sock = transport.get_extra_info("socket")
-            seen.append(
-                (
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
-                )
-            )
-            transport.close()
-
     async def main() -> None:
         listener = TcpListener("t", "127.0.0.1", 0, "", frozenset({4}), 0, size)
-        server = await _start_tcp(listener, Probe, reuse_port=False)
+        server = await _start_tcp(listener, lambda: _Probe(seen), reuse_port=False)
         port = server.sockets[0].getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         for _ in range(100):  # bounded: 1 s
@@ -113,22 +119,11 @@ def test_buffer_sizes_reach_sockets_accepted_by_a_tls_listener(tmp_path: Path) -
     listener = TcpListener("t", "127.0.0.1", 0, "", frozenset({4}), 0, size, tls=opts)
     seen: list[tuple[int, int]] = []
 
-    class Probe(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            sock = transport.get_extra_info("socket")
-            seen.append(
-                (
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
-                )
-            )
-            transport.close()
-
     async def main() -> None:
         server = TlsServer(
             listener,
             build_context("t", opts),
-            lambda _peer, _who: Probe(),
+            lambda _peer, _who: _Probe(seen),
             lambda _peer, why: seen.append((-1, -1)),
             reuse_port=False,
         )

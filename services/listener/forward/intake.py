@@ -35,33 +35,19 @@ def intake(
     resent = 0
     inbox.taking = True  # the caller wakes the stream once the batch is taken
     try:
-        taken, resent = _take(items, inbox, accept, party, wakes, key)
+        for item in items:
+            seq: int = item.seq
+            if not inbox.accept(seq):
+                resent += 1
+                continue
+            if inbox.doubtful(seq):
+                complete(inbox, wakes, key, seq, "sent to an earlier run of this node")
+                continue
+            taken += 1
+            settle = partial(settled, inbox, wakes, key, seq) if item.share else None
+            accept(item, partial(complete, inbox, wakes, key, seq), settle, party)
     finally:
         inbox.taking = False
-    return taken, resent
-
-
-def _take(
-    items: Iterable[forward_pb2.Forwarded],
-    inbox: Inbox,
-    accept: Accept,
-    party: FlowParty,
-    wakes: Wakes,
-    key: tuple[str, int],
-) -> tuple[int, int]:
-    taken = 0
-    resent = 0
-    for item in items:
-        seq: int = item.seq
-        if not inbox.accept(seq):
-            resent += 1
-            continue
-        if inbox.doubtful(seq):
-            complete(inbox, wakes, key, seq, "sent to an earlier run of this node")
-            continue
-        taken += 1
-        settle = partial(settled, inbox, wakes, key, seq) if item.share else None
-        accept(item, partial(complete, inbox, wakes, key, seq), settle, party)
     return taken, resent
 
 
