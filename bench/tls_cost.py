@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--base-dir", type=Path, required=True)
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--settle", type=float, default=5.0)
+    ap.add_argument("--loads", default="", help="comma-separated subset of the loads")
     args = ap.parse_args()
     base: Path = args.base_dir
     shutil.rmtree(base, ignore_errors=True)
@@ -118,9 +119,17 @@ def main() -> None:
                 *("--mode", "pair", "--pubs", "10", "--subs", "10"),
                 *("--qos", "1", "--clean", "0"),
             ],
+            # the transport alone: no session queue (ternmq fsyncs a persistent one's
+            # every message, Mosquitto keeps it in memory)
+            "qos1_pair_clean": [
+                *("--mode", "pair", "--pubs", "10", "--subs", "10"),
+                *("--qos", "1", "--clean", "1"),
+            ],
             "connects": ["--conns", "500"],
             "qos0_fanin": ["--mode", "fanin", "--pubs", "10", "--subs", "1", "--qos", "0"],
         }
+        if args.loads:
+            loads = {k: v for k, v in loads.items() if k in args.loads.split(",")}
         for name, port in fronts.items():
             ws = ["--ws", "/mqtt"] if name.endswith(("-ws", "-wss")) else []
             for load, extra in loads.items():
@@ -146,8 +155,11 @@ def main() -> None:
     for load, key in (
         ("qos0_fanin", "msgs_per_s"),
         ("qos1_pair", "msgs_per_s"),
+        ("qos1_pair_clean", "msgs_per_s"),
         ("connects", "connects_per_s"),
     ):
+        if f"tnq-tcp {load}" not in results:
+            continue
         got = {n: float(results[f"{n} {load}"].get(key, 0) or 0) for n in fronts}
         summary[load] = {
             **{n: round(v) for n, v in got.items()},
