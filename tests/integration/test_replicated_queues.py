@@ -272,6 +272,19 @@ def _subscribed_then_away(client: str, node: str, via: str, payload: str) -> Non
     wait_for(lambda: not _online(node, client), BOUND, 0.2, f"{client} offline")
 
 
+def _copies_current(primary: str, client: str) -> bool:
+    """Whether ``primary``'s msgstore replicates ``client``'s queue to two replicas, both
+    holding all of it."""
+    status, body = get(HTTP[primary], "/status")
+    if status != 200:
+        return False
+    for row in (body["services"]["msgstore"].get("replication") or {}).get("primaries", []):
+        if row["client_id"] == client:
+            lag = row["lag"]
+            return len(lag) == 2 and all(v == 0 for v in lag.values())
+    return False
+
+
 def _given(cluster: Path, client: str, replica: str) -> int:
     """How many times ``replica`` was given ``client``'s queue whole (an install)."""
     return sum(
@@ -343,6 +356,8 @@ def test_a_deleted_session_takes_its_copies_with_it(cluster: Path) -> None:
     client = "gone-test"
     _subscribed_then_away(client, N2, N3, "G1")
     _publish(N3, "G2", topic_of(client))  # on the replicas too: acknowledged only once on W copies
+    # W = 2 of 3: the third copy may still be catching up (n1 was just restarted)
+    wait_for(lambda: _copies_current(N2, client), BOUND, 0.2, f"both replicas hold {client}")
     mosquitto_pub(MQTT[N2], "t/elsewhere", "x", 1, "-i", client)  # a clean start: the end
 
     def dropped() -> set[str]:

@@ -46,6 +46,8 @@ ACK_EVERY = 1.0  # s between acknowledged-index updates to an idle replica
 STATUS_QUEUES = 100
 INLINE_READ = 64  # entries read on the loop; more go to a thread
 STEPPED_DOWN_MAX = 100_000  # superseded queues remembered (the oldest go first)
+DROP_PATIENCE = 30.0  # s a deleted queue's replica is tried for while it cannot be reached
+_UNREACHED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def probe(p: Primary, replica: str) -> Append:
@@ -428,7 +430,8 @@ class Replicator:
 
     async def forget(self, sid: SessionKey) -> None:
         """The queue was deleted here: if this node was its primary, its replicas delete
-        their copies too (best effort: a replica that is down keeps its copy)."""
+        their copies too (best effort: a replica down for longer than
+        :data:`DROP_PATIENCE` keeps its copy)."""
         async with self._exclusive(sid):
             qp = self.queues.pop(sid, None)
         self.stepped_down.pop(sid, None)
@@ -442,16 +445,28 @@ class Replicator:
             self.background.spawn(self._drop(sid, replica, qp.primary.epoch), "replica-drop")
 
     async def _drop(self, sid: SessionKey, replica: str, epoch: int) -> None:
-        stub = self.peers.stub(replica)
-        if stub is None:
-            return
+        """Tried again for :data:`DROP_PATIENCE` while the replica cannot be reached: a
+        replica that just restarted listens on an address gossip may not have brought
+        here yet, and a copy it kept would outlive its session."""
         req = msgstore_pb2.FenceRequest(
             key=common_pb2.SessionKey(mountpoint=sid[0], client_id=sid[1]), epoch=epoch
         )
-        try:
-            await stub.Drop(req, timeout=self.rpc_timeout, metadata=self.peers.metadata())
-        except grpc.aio.AioRpcError as exc:
-            rpc_failed("msgstore", "Replica.Drop", exc, "info")
+        deadline = time.monotonic() + DROP_PATIENCE
+        delay = 0.2
+        while True:
+            stub = self.peers.stub(replica)
+            if stub is not None:
+                try:
+                    await stub.Drop(req, timeout=self.rpc_timeout, metadata=self.peers.metadata())
+                    return
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() not in _UNREACHED or time.monotonic() + delay > deadline:
+                        rpc_failed("msgstore", "Replica.Drop", exc, "info")
+                        return
+            elif time.monotonic() + delay > deadline:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def close(self) -> None:
         await self.background.close()
