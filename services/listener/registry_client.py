@@ -26,7 +26,9 @@ import itertools
 from collections.abc import AsyncIterator, Callable
 
 import grpc
+from google.protobuf.message import DecodeError
 
+from services.common.framed import FrameError, frame, frames, read_frame
 from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 
@@ -81,6 +83,8 @@ class RegistryClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self.connected = asyncio.Event()
+        # The registry's unix socket for this stream (framed.socket_path), else gRPC.
+        self.lane: str | None = None
 
     # -- calls -----------------------------------------------------------------------
     def submit(self, op: registry_pb2.ConnectionOp, done: Done) -> None:
@@ -197,18 +201,74 @@ class RegistryClient:
                     self.batches += 1
                     yield registry_pb2.ConnectionOps(ops=ops)
 
-        call = self.stub.Connections(requests())
+        if self.lane is not None:
+            await self._lane_call(self.lane, requests(), pacer, answered)
+        else:
+            await self._grpc_call(requests(), pacer, answered)
+
+    async def _grpc_call(
+        self,
+        requests: AsyncIterator[registry_pb2.ConnectionOps],
+        pacer: Pacer,
+        answered: asyncio.Event,
+    ) -> None:
+        call = self.stub.Connections(requests)
         try:
             await call.initial_metadata()  # sent by the registry as the stream opens
             if call.done():  # no registry: a failed call returns here too, never "connected"
                 raise RegistryUnavailable((await call.code()).name, str(await call.details()))
             self.connected.set()
             async for batch in call:
-                if batch.receipts:
-                    pacer.answered(batch.receipts)
-                    answered.set()
-                self._answer(batch)
+                self._received(batch, pacer, answered)
         finally:
             call.cancel()
             self._generation += 1  # this stream is dead: a writer still waiting on it ends
             answered.set()
+
+    async def _lane_call(
+        self,
+        path: str,
+        requests: AsyncIterator[registry_pb2.ConnectionOps],
+        pacer: Pacer,
+        answered: asyncio.Event,
+    ) -> None:
+        """The same stream over the registry's unix socket (``services.common.framed``)."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+        except OSError as exc:
+            raise RegistryUnavailable("UNAVAILABLE", f"{path}: {exc.strerror or exc}") from None
+        sending: asyncio.Task[None] | None = None
+        try:
+            if await read_frame(reader) is None:  # the registry's hello: the stream is up
+                raise RegistryUnavailable("UNAVAILABLE", "the registry closed the stream at once")
+            self.connected.set()
+            sending = asyncio.create_task(_send(requests, writer), name="registry-lane-send")
+            async for data in frames(reader):
+                self._received(registry_pb2.ConnectionResults.FromString(data), pacer, answered)
+            if sending.done():
+                sending.result()  # our side failed first: report that, not the close
+        except (ConnectionError, FrameError, DecodeError) as exc:
+            raise RegistryUnavailable("UNAVAILABLE", repr(exc)) from None
+        finally:
+            if sending is not None:
+                sending.cancel()
+            writer.close()
+            self._generation += 1  # this stream is dead: a writer still waiting on it ends
+            answered.set()
+
+    def _received(
+        self, batch: registry_pb2.ConnectionResults, pacer: Pacer, answered: asyncio.Event
+    ) -> None:
+        if batch.receipts:
+            pacer.answered(batch.receipts)
+            answered.set()
+        self._answer(batch)
+
+
+async def _send(
+    requests: AsyncIterator[registry_pb2.ConnectionOps], writer: asyncio.StreamWriter
+) -> None:
+    async for ops in requests:
+        writer.write(frame(ops.SerializeToString()))
+        await writer.drain()
+    writer.write_eof()

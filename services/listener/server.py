@@ -24,6 +24,7 @@ import grpc
 from services.common import log
 from services.common.cluster_view import ViewFollower
 from services.common.config import Config
+from services.common.framed import REGISTRY_LANE, socket_path
 from services.common.grpcutil import (
     AdminServicer,
     bind,
@@ -269,6 +270,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         asyncio.create_task(_watch_meta(broker, broker.gossip, meta_ready, stop)),
         asyncio.create_task(_watch_registry(broker, broker.registry, stop)),
     ]
+    broker.registry_client.lane = socket_path(addresses["registry"], REGISTRY_LANE)
     broker.registry_client.start()
     await asyncio.wait_for(store.connected.wait(), _READY_TIMEOUT)
     await asyncio.wait_for(broker.registry_client.connected.wait(), _READY_TIMEOUT)

@@ -14,6 +14,7 @@ import asyncio
 from services.common.background import report_crash
 from services.common.cluster_view import ViewFollower
 from services.common.config import Config
+from services.common.framed import REGISTRY_LANE, socket_path
 from services.common.grpcutil import AdminServicer, bind, create_server
 from services.common.metrics import MetricsRegistry
 from services.common.service import started
@@ -23,6 +24,7 @@ from services.registry.backends import Backends
 from services.registry.cluster import start as cluster_side
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
+from services.registry.conn_lane import Lane
 from services.registry.engines.lmdb_engine import LmdbEngine
 from services.registry.recovery import recover, sweep_orphan_subs
 from services.registry.registrar import Registrar
@@ -67,6 +69,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     expiry: asyncio.Task[None] | None = None
     side: cluster_side.ClusterSide | None = None
     sweep: asyncio.Task[int] | None = None
+    lane: Lane | None = None
     follower = ViewFollower(backends.gossip, settings.node)
     registrar.cluster = lambda: follower.view
     following = asyncio.create_task(follower.run(), name="registry-view")
@@ -74,7 +77,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         # Whether this node is a cluster member decides how recovery sweeps (recovery.py).
         await follower.first(VIEW_WAIT)
         orphan_subs = await recover(registrar, sessions, reserved)
-        registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registrar, hub), server)
+        servicer = RegistryServicer(registrar, hub)
+        registry_pb2_grpc.add_RegistryServicer_to_server(servicer, server)
         common_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(
                 "registry",
@@ -87,6 +91,10 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         )
         bind(server, settings.address)
         await server.start()
+        lane_path = socket_path(settings.address, REGISTRY_LANE)
+        if lane_path is not None:
+            lane = Lane(lane_path, servicer)
+            await lane.start()
         serving = True
         started(settings.address)
         side = await cluster_side.start(
@@ -108,6 +116,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     finally:
         serving = False
         hub.close()
+        if lane is not None:
+            await lane.close()
         await server.stop(STOP_GRACE)
         if side is not None:
             await side.close()

@@ -151,15 +151,17 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         context: Any,
         answers: _Answers,
     ) -> None:
-        async for batch in request_iterator:
-            for op in batch.ops:
-                task = asyncio.create_task(self._run_op(op, context, answers.done))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            # Set after the ops' tasks were scheduled: the writer wakes after their first
-            # step, so the ops that need no I/O are in this batch's answer.
-            answers.read()
-        answers.wake.set()
+        try:
+            async for batch in request_iterator:
+                for op in batch.ops:
+                    task = asyncio.create_task(self._run_op(op, context, answers.done))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                # Set after the ops' tasks were scheduled: the writer wakes after their
+                # first step, so the ops that need no I/O are in this batch's answer.
+                answers.read()
+        finally:
+            answers.wake.set()  # ended or failed (a broken frame): the writer ends the call
 
     async def _run_op(
         self,

@@ -1,4 +1,6 @@
-"""The listener's registry client against the real registry process (real gRPC stream).
+"""The listener's registry client against the real registry process, over both of its
+transports: the gRPC ``Connections`` stream and the same stream framed on the registry's
+unix socket (``services.common.framed``), which the listener uses on one node.
 
 The registry runs with fake msgstore and gossip servers (see test_registry_service).
 """
@@ -6,17 +8,20 @@ The registry runs with fake msgstore and gossip servers (see test_registry_servi
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable
 
 import grpc
 import pytest
 
+from services.common.framed import HELLO, REGISTRY_LANE, frame, socket_path
 from services.listener.registry_client import RegistryClient, RegistryUnavailable
 from services.pb import common_pb2, registry_pb2, registry_pb2_grpc
-from tests.integration.test_registry_service import Node, make_node  # noqa: F401
+from tests.integration.test_registry_service import Node, make_node, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.integration
+TRANSPORTS = ("grpc", "lane")
 
 Outcome = registry_pb2.ConnectionResult | RegistryUnavailable
 
@@ -46,9 +51,15 @@ async def until(pred: Callable[[], bool], what: str, timeout: float = 15) -> Non
         await asyncio.sleep(0.02)
 
 
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 def run_client(
     node: Node,
     body: Callable[[RegistryClient, list[tuple[str, int]]], object],
+    transport: str,
     deadline: float = 15.0,
 ) -> None:
     async def main() -> None:
@@ -59,6 +70,8 @@ def run_client(
             lambda req, reply: late.append((req.key.client_id, reply.epoch)),
             deadline=deadline,
         )
+        if transport == "lane":
+            client.lane = socket_path(f"unix:{node.base}/registry.sock", REGISTRY_LANE)
         client.start()
         try:
             await asyncio.wait_for(client.connected.wait(), 15)
@@ -70,7 +83,10 @@ def run_client(
     asyncio.run(main())
 
 
-def test_concurrent_registrations_and_reports(make_node: Callable[..., Node]) -> None:  # noqa: F811
+def test_concurrent_registrations_and_reports(
+    make_node: Callable[..., Node],  # noqa: F811
+    transport: str,
+) -> None:
     node = make_node()
 
     async def body(client: RegistryClient, late: list[tuple[str, int]]) -> None:
@@ -98,12 +114,13 @@ def test_concurrent_registrations_and_reports(make_node: Callable[..., Node]) ->
         )
         assert late == []
 
-    run_client(node, body)
+    run_client(node, body, transport)
     assert node.details()["sessions"] == 0
 
 
 def test_a_registration_given_up_on_is_reported_when_it_succeeds_late(
     make_node: Callable[..., Node],  # noqa: F811
+    transport: str,
 ) -> None:
     node = make_node(**{"registry.takeover_timeout": "3s"})
     node.watch("L0")  # the old connection's listener never answers the takeover
@@ -118,11 +135,12 @@ def test_a_registration_given_up_on_is_reported_when_it_succeeds_late(
         await until(lambda: bool(late), "the late registration")
         assert late[0][0] == "slow" and late[0][1] > first.register.epoch
 
-    run_client(node, body, deadline=0.5)
+    run_client(node, body, transport, deadline=0.5)
 
 
 def test_a_dead_registry_fails_pending_ops_and_the_stream_comes_back(
     make_node: Callable[..., Node],  # noqa: F811
+    transport: str,
 ) -> None:
     node = make_node(**{"registry.takeover_timeout": "10s"})
     node.watch("L0")
@@ -145,11 +163,12 @@ def test_a_dead_registry_fails_pending_ops_and_the_stream_comes_back(
         again = await outcome(client, register_op("after"))
         assert isinstance(again, registry_pb2.ConnectionResult) and again.register.ok
 
-    run_client(node, body)
+    run_client(node, body, transport)
 
 
 def test_a_registration_waiting_for_a_takeover_holds_back_no_other_connect(
     make_node: Callable[..., Node],  # noqa: F811
+    transport: str,
 ) -> None:
     """The registry answers every batch at once (a receipt when nothing in it is done), so
     the ops behind a slow one leave and are answered one by one: a batch per CONNECT."""
@@ -168,4 +187,37 @@ def test_a_registration_waiting_for_a_takeover_holds_back_no_other_connect(
         assert not waiting.done()
         assert client.batches == batches + 19  # one batch per sequential op
 
-    run_client(node, body)
+    run_client(node, body, transport)
+
+
+def test_broken_frames_end_their_own_stream_only(make_node: Callable[..., Node]) -> None:  # noqa: F811
+    """A peer that breaks framing (a length over the limit, bytes that are no
+    ConnectionOps, a frame cut short) loses its stream, logged as ``rpc.failed``; the
+    registry keeps serving every other stream."""
+    node = make_node()
+    path = socket_path(f"unix:{node.base}/registry.sock", REGISTRY_LANE)
+    assert path is not None
+
+    def closed_after(data: bytes) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(path)
+            assert sock.recv(4) == HELLO
+            sock.sendall(data)
+            if data.startswith(b"\x00\x00\x00\x10"):
+                sock.shutdown(socket.SHUT_WR)  # the cut-short frame: its writer is gone
+            assert sock.recv(100) == b""  # closed by the registry, nothing answered
+
+    closed_after(b"\xff\xff\xff\xff")  # 4 GiB announced
+    closed_after(frame(b"\xff\x01\x02garbage"))  # not a ConnectionOps
+    closed_after(b"\x00\x00\x00\x10abc")  # 16 bytes announced, 3 sent
+    wait_for(lambda: len(node.events("rpc.failed")) >= 3, "three rpc.failed events")
+    reasons = [e["reason"] for e in node.events("rpc.failed")]
+    assert any("over" in r for r in reasons) and any("DecodeError" in r for r in reasons)
+    assert any("inside a frame" in r for r in reasons)
+
+    async def body(client: RegistryClient, late: list[tuple[str, int]]) -> None:
+        ok = await outcome(client, register_op("after-garbage"))
+        assert isinstance(ok, registry_pb2.ConnectionResult) and ok.register.ok
+
+    run_client(node, body, "lane")
