@@ -4,9 +4,10 @@ A gRPC aio stream message costs each side 150-200 µs of CPU and a round trip ab
 300 µs on a 2-core VM (``bench/rpc_cost.py``), against 25 µs over a plain socket. A lone
 CONNECT makes two such round trips to the registry (its registration, later its end),
 which alone spent more than the whole 0.5 ms a sequential CONNECT may take. The
-registry's ``Connections`` stream therefore also runs here, same messages, same
-semantics, between processes of one node; gRPC keeps every other call and remains the
-fallback when the registry's address is not a unix socket.
+registry's ``Connections`` stream and the msgstore's ``Stream`` (every write of a
+persistent session) therefore also run here, same messages, same semantics, between
+processes of one node (``services.common.lane``); gRPC keeps every other call and
+remains the fallback when the service's address is not a unix socket.
 
 A frame is a 4-byte big-endian length and that many bytes (one serialized message). The
 server's first frame is empty: the stream is up (gRPC's initial metadata). Either side
@@ -23,7 +24,9 @@ from collections.abc import AsyncIterator
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024  # as grpcutil's max message length
 HELLO = HEADER.pack(0)
+MAX_SOCKET_PATH = 107  # bytes of sun_path before its NUL; a longer lane is left to gRPC
 REGISTRY_LANE = "conn"  # the registry's Connections stream: run/registry.conn.sock
+STORE_LANE = "stream"  # the msgstore's Stream: run/msgstore.stream.sock
 
 
 class FrameError(Exception):
@@ -60,9 +63,11 @@ async def frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
 
 def socket_path(grpc_address: str, lane: str) -> str | None:
     """The unix socket beside a service's gRPC socket for ``lane``, or None when the
-    service listens on TCP (a service on another host gets gRPC only)."""
+    service listens on TCP (a service on another host gets gRPC only) or the path would
+    not fit a socket address."""
     if not grpc_address.startswith("unix:"):
         return None
     path = grpc_address[5:].removeprefix("//")
     stem = path.removesuffix(".sock")
-    return f"{stem}.{lane}.sock"
+    lane_path = f"{stem}.{lane}.sock"
+    return lane_path if len(lane_path.encode()) <= MAX_SOCKET_PATH else None

@@ -24,7 +24,7 @@ import grpc
 from services.common import log
 from services.common.cluster_view import ViewFollower
 from services.common.config import Config
-from services.common.framed import REGISTRY_LANE, socket_path
+from services.common.framed import REGISTRY_LANE, STORE_LANE, socket_path
 from services.common.grpcutil import (
     AdminServicer,
     bind,
@@ -253,6 +253,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     for name, chan in channels.items():
         await _wait_ready(name, chan, stop)
     store = StoreClient(channels["msgstore"])
+    store.lane = socket_path(addresses["msgstore"], STORE_LANE)
     store.start()
     broker = Broker(
         settings,

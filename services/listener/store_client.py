@@ -36,7 +36,9 @@ from collections.abc import Callable
 from typing import Final
 
 import grpc
+from google.protobuf.message import DecodeError
 
+from services.common.framed import FrameError, frame, frames, read_frame
 from services.common.grpcutil import rpc_failed_as
 from services.listener import convert
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
@@ -128,6 +130,8 @@ class StoreClient:
             request_serializer=None,  # batches are encoded by hand (bytes)
             response_deserializer=msgstore_pb2.StoreBatchResult.FromString,
         )
+        # The msgstore's unix socket for the stream (framed.socket_path), else gRPC.
+        self.lane: str | None = None
         self.max_inflight = max_inflight
         self._open = _Batch()
         self._sealed: deque[_Batch] = deque()  # full, waiting for a slot, in order
@@ -278,6 +282,9 @@ class StoreClient:
 
     async def _session(self) -> None:
         self._sender_error = None
+        if self.lane is not None:
+            await self._lane_session(self.lane)
+            return
         call = self._stream(_Requests(self))
         self.connected.set()
         if self._open.ops or self._sealed:  # written while the stream was down: ship it now
@@ -291,6 +298,43 @@ class StoreClient:
         if failed is not None:
             raise StreamBroken(f"sending a batch failed: {failed!r}")
         raise StreamBroken("stream ended by the msgstore")
+
+    async def _lane_session(self, path: str) -> None:
+        """The same stream over the msgstore's unix socket (``services.common.framed``)."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+        except OSError as exc:
+            raise StreamBroken(f"{path}: {exc.strerror or exc}") from None
+        sender: asyncio.Task[None] | None = None
+        try:
+            if await read_frame(reader) is None:  # the msgstore's hello: the stream is up
+                raise StreamBroken("the msgstore closed the stream at once")
+            self.connected.set()
+            if self._open.ops or self._sealed:  # written while the stream was down
+                self._wakeup.set()
+            sender = asyncio.create_task(self._lane_send(writer), name="store-lane-send")
+            async for data in frames(reader):
+                self._answer(msgstore_pb2.StoreBatchResult.FromString(data))
+        except (OSError, FrameError, DecodeError) as exc:
+            raise StreamBroken(repr(exc)) from None
+        finally:
+            if sender is not None:
+                sender.cancel()
+            writer.close()
+        failed = self._sender_failed()
+        if failed is not None:
+            raise StreamBroken(f"sending a batch failed: {failed!r}")
+        raise StreamBroken("stream ended by the msgstore")
+
+    async def _lane_send(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                data = await self._next_request()
+            except StopAsyncIteration:  # failed (``_sender_error``): end our side
+                writer.write_eof()
+                return
+            writer.write(frame(data))
+            await writer.drain()
 
     def _sender_failed(self) -> Exception | None:
         """What the request side failed with. Read through a method: ``_session`` set the

@@ -13,7 +13,9 @@ from typing import Any
 
 from services.common import log
 from services.common.config import Config
+from services.common.framed import STORE_LANE, socket_path
 from services.common.grpcutil import AdminServicer, bind, create_server
+from services.common.lane import Lane
 from services.common.metrics import MetricsRegistry
 from services.common.service import started
 from services.common.typed_settings import build
@@ -131,6 +133,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     admin = AdminServicer("msgstore", settings.nodename, registry, details, lambda: ready)
     common_pb2_grpc.add_AdminServicer_to_server(admin, server)
     collector = asyncio.create_task(collect_tombstones(committer, graveyard))
+    lane: Lane | None = None
     try:
         if settings.replication_factor > 1:
             side = servicer.cluster = await start_cluster(settings, store, committer)
@@ -140,12 +143,18 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             )
         bind(server, settings.address)
         await server.start()
+        lane_path = socket_path(settings.address, STORE_LANE)
+        if lane_path is not None:
+            lane = Lane(lane_path, servicer.Stream, "msgstore", "Stream")
+            await lane.start()
         ready = True
         started(settings.address)
         await stop.wait()
     finally:
         ready = False
         collector.cancel()
+        if lane is not None:
+            await lane.close()
         await server.stop(STOP_GRACE)
         if side is not None:
             await side.close()

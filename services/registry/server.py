@@ -16,6 +16,7 @@ from services.common.cluster_view import ViewFollower
 from services.common.config import Config
 from services.common.framed import REGISTRY_LANE, socket_path
 from services.common.grpcutil import AdminServicer, bind, create_server
+from services.common.lane import Lane
 from services.common.metrics import MetricsRegistry
 from services.common.service import started
 from services.common.typed_settings import build
@@ -24,7 +25,6 @@ from services.registry.backends import Backends
 from services.registry.cluster import start as cluster_side
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
-from services.registry.conn_lane import Lane
 from services.registry.engines.lmdb_engine import LmdbEngine
 from services.registry.recovery import recover, sweep_orphan_subs
 from services.registry.registrar import Registrar
@@ -93,7 +93,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         await server.start()
         lane_path = socket_path(settings.address, REGISTRY_LANE)
         if lane_path is not None:
-            lane = Lane(lane_path, servicer)
+            lane = Lane(lane_path, servicer.connections_lane, "registry", "Connections")
             await lane.start()
         serving = True
         started(settings.address)

@@ -145,6 +145,12 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):  # type: ignore[misc
         finally:
             reader.cancel()
 
+    def connections_lane(
+        self, frames: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[registry_pb2.ConnectionResults]:
+        """``Connections`` on the registry's unix socket (``services.common.lane``)."""
+        return self.Connections(_ops(frames), context)
+
     async def _read(
         self,
         request_iterator: AsyncIterator[registry_pb2.ConnectionOps],
@@ -221,6 +227,11 @@ def local_sessions(
             info.replicas.extend(registrar.replica_set(s.key))
         infos.append(info)
     return registry_pb2.SessionsReply(sessions=infos)
+
+
+async def _ops(frames: AsyncIterator[bytes]) -> AsyncIterator[registry_pb2.ConnectionOps]:
+    async for data in frames:
+        yield registry_pb2.ConnectionOps.FromString(data)
 
 
 class _Answers:

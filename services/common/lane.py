@@ -1,56 +1,53 @@
-"""The registry's ``Connections`` stream on a plain unix socket (``services.common.framed``).
+"""A service's long-lived stream served on a plain unix socket (``services.common.framed``).
 
-Each accepted socket is one ``Connections`` call: the servicer runs unchanged, fed the
-frames read as its request iterator, and its answers are written back as frames. Only
-the transport differs from the gRPC method, which stays for listeners that reach the
-registry over TCP.
+Each accepted socket is one call of the stream. The service writes an empty frame first
+(the stream is up: gRPC's initial metadata), then the servicer's method runs unchanged,
+fed the frames read as its request iterator, and what it yields is written back as
+frames. Only the transport differs from the gRPC method, which stays for clients that
+reach the service over TCP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
 from services.common.framed import HELLO, FrameError, frame, frames
 from services.common.grpcutil import rpc_failed_as
-from services.pb import registry_pb2
-from services.registry.servicer import RegistryServicer
+
+Call = Callable[[AsyncIterator[bytes], Any], AsyncIterator[Any]]
+"""The servicer's stream method: raw request frames and a context in, messages out."""
 
 
-class _Context:
-    """What ``RegistryServicer.Connections`` needs of a gRPC context."""
+class LaneContext:
+    """What the servicers' stream methods use of a gRPC context."""
 
-    __slots__ = ("_writer",)
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
+    __slots__ = ()
 
     async def send_initial_metadata(self, _metadata: object) -> None:
-        self._writer.write(HELLO)
-
-
-async def _ops(reader: asyncio.StreamReader) -> AsyncIterator[registry_pb2.ConnectionOps]:
-    async for data in frames(reader):
-        yield registry_pb2.ConnectionOps.FromString(data)
+        """Sent already: the lane's first frame."""
 
 
 class Lane:
     """The listening socket and the streams it carries (closed with it)."""
 
-    def __init__(self, path: str, servicer: RegistryServicer) -> None:
+    def __init__(self, path: str, call: Call, target: str, method: str) -> None:
         self.path = path
-        self.servicer = servicer
+        self.call = call
+        self.target = target  # for rpc.failed: the service and the method it serves
+        self.method = method
         self.server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> None:
         sock = Path(self.path)
         sock.parent.mkdir(parents=True, exist_ok=True)
-        sock.unlink(missing_ok=True)  # a killed registry's socket file
+        sock.unlink(missing_ok=True)  # a killed service's socket file
         self.server = await asyncio.start_unix_server(self._stream, self.path)
 
     async def close(self) -> None:
@@ -64,11 +61,12 @@ class Lane:
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
-            async for out in self.servicer.Connections(_ops(reader), _Context(writer)):
+            writer.write(HELLO)
+            async for out in self.call(frames(reader), LaneContext()):
                 writer.write(frame(out.SerializeToString()))
-                await writer.drain()  # a listener that stops reading holds its own answers
+                await writer.drain()  # a client that stops reading holds its own answers
         except (ConnectionError, FrameError, DecodeError) as exc:
-            rpc_failed_as("registry", "Connections", "UNAVAILABLE", repr(exc))
+            rpc_failed_as(self.target, self.method, "UNAVAILABLE", repr(exc))
         finally:
             self._writers.discard(writer)
             writer.close()

@@ -1,0 +1,106 @@
+"""The listener's two hot streams on their unix-socket lanes, across a SIGKILL of the
+service at the other end: the registry's ``Connections`` and the msgstore's ``Stream``
+(``services.common.lane``). The supervisor restarts the killed service; the listener
+must reopen the lane on its own, report the break as ``rpc.failed``, and lose nothing
+a publisher was told is stored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+from services.common.framed import HELLO
+from tests.support.clients import Client
+from tests.support.node import Node, wait_for
+
+
+def _pid(node: Node, service: str) -> int:
+    status = node.get_json("/status")
+    return int(status["children"][service]["pid"])  # type: ignore[index]
+
+
+def _kill_and_wait(node: Node, service: str) -> None:
+    old = _pid(node, service)
+    os.kill(old, signal.SIGKILL)
+
+    def back() -> bool:
+        try:
+            return _pid(node, service) != old and node.health() == 200
+        except (OSError, KeyError, ValueError):
+            return False
+
+    wait_for(back, 60, 0.1, f"{service} restarted and the node healthy")
+
+
+def _publish_until_stored(node: Node, topic: str) -> bytes:
+    """Publish QoS 1 (MQTT 5, so a write the store could not take is answered 0x80)
+    until one is acknowledged; its payload."""
+    pub = Client("lane-pub2", node.mqtt_port, version=5, reconnect=False).connect()
+    try:
+        for attempt in range(60):
+            pub.publish(topic, f"after-{attempt}".encode(), qos=1, tag=attempt)
+            wait_for(lambda: pub.unanswered() == 0, 15, what=f"an answer to publish {attempt}")
+            if attempt in pub.acked:
+                return f"after-{attempt}".encode()
+            time.sleep(0.5)
+        raise AssertionError(f"no publish stored in 60 tries: refused {pub.refused}")
+    finally:
+        pub.disconnect()
+
+
+def test_the_listener_reopens_its_lanes_after_their_service_is_killed(fresh_node: Node) -> None:
+    node = fresh_node
+    node.start()
+    run = node.data_dir / "run"
+    assert (run / "registry.conn.sock").exists() and (run / "msgstore.stream.sock").exists()
+
+    sub = Client("lane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
+    sub.subscribe("lane/t", 1)
+    sub.disconnect()  # offline: what follows is queued in the msgstore, not delivered live
+    pub = Client("lane-pub", node.mqtt_port, reconnect=False).connect()
+    pub.publish("lane/t", b"before", qos=1, tag=0)
+    wait_for(lambda: pub.acked == [0], 15, what="the first PUBACK")
+    pub.disconnect()
+
+    _kill_and_wait(node, "msgstore")
+    # The store stream broke with the process; writes go over a new one once it is back.
+    stored = _publish_until_stored(node, "lane/t")
+
+    _kill_and_wait(node, "registry")
+    # A CONNECT needs the registry: it succeeds over the reopened Connections lane.
+    sub = Client("lane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
+    assert sub.session_present
+    got = [m.payload for m in sub.drain(2.0)]
+    assert got and got[0] == b"before" and stored in got, got
+    sub.disconnect()
+
+    node.settle_logs()
+    failed = {(e["target"], e["method"]) for e in node.events("rpc.failed")}
+    assert ("msgstore", "Stream") in failed and ("registry", "Connections") in failed, failed
+
+
+def test_a_broken_frame_on_the_store_lane_ends_that_stream_only(fresh_node: Node) -> None:
+    node = fresh_node
+    node.start()
+    path = str(node.data_dir / "run" / "msgstore.stream.sock")
+    for data in (b"\xff\xff\xff\xff", b"\x00\x00\x01\x00cut short"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(15)
+            sock.connect(path)
+            assert sock.recv(4) == HELLO
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            assert sock.recv(100) == b""  # the msgstore closed it, answering nothing
+    # The listener's own stream is untouched: a persistent session's write is stored.
+    sub = Client("lane-keep", node.mqtt_port, clean=False, reconnect=False).connect()
+    sub.subscribe("keep/t", 1)
+    sub.disconnect()
+    pub = Client("lane-keep-pub", node.mqtt_port, reconnect=False).connect()
+    pub.publish("keep/t", b"kept", qos=1, tag=1)
+    wait_for(lambda: pub.acked == [1], 15, what="the PUBACK")
+    pub.disconnect()
+    node.settle_logs()
+    reasons = [str(e["reason"]) for e in node.events("rpc.failed") if e["target"] == "msgstore"]
+    assert any("over" in r for r in reasons) and any("inside a frame" in r for r in reasons)
