@@ -2,8 +2,8 @@
 
 A unary RPC per CONNECT costs more CPU on both sides than the rest of the connect path
 together, so registrations and disconnection reports travel over one long-lived stream.
-A batch leaves at once when none is in flight; while one is, the ops submitted meanwhile
-gather and leave together when the registry answers; under a connect storm batches leave
+A batch leaves at once when fewer than two are in flight; while two are, the ops
+submitted meanwhile gather and leave together when the registry answers; under a connect storm batches leave
 ``_WINDOW`` apart (:class:`grpcutil.Pacer <services.common.grpcutil.Pacer>`). A client
 connecting alone never waits for a timer.
 The registry answers every batch it reads at once, with the results of the ops that
@@ -37,6 +37,10 @@ from services.pb import registry_pb2, registry_pb2_grpc
 # storm spent a quarter to a third of the listener's CPU on them, and wider windows
 # starve the handshakes in flight. A stream that carries lone ops never waits for it.
 _WINDOW = 0.005
+# Batches in flight on an idle stream. Two, so that a client reconnecting at once does
+# not wait behind its previous connection's Disconnected: with one, a sequential
+# connect loop's Register waited for that answer, a third of its round trip.
+_IDLE_INFLIGHT = 2
 LateRegister = Callable[[registry_pb2.RegisterRequest, registry_pb2.RegisterReply], None]
 Result = registry_pb2.ConnectionResult
 Done = Callable[["Result | RegistryUnavailable"], None]
@@ -176,7 +180,7 @@ class RegistryClient:
     async def _session(self) -> None:
         self._generation += 1
         generation = self._generation
-        pacer = Pacer(_WINDOW)
+        pacer = Pacer(_WINDOW, _IDLE_INFLIGHT)
         answered = asyncio.Event()  # the registry answered: a batch may leave
         loop = asyncio.get_running_loop()
 

@@ -199,22 +199,26 @@ def test_a_lone_op_leaves_at_once_and_a_busy_stream_gathers() -> None:
         assert client.batches == 10
         first = await _submit(client, "a")
         (a_id,) = await call.batches.get()
-        rest = [await _submit(client, cid) for cid in ("b", "c")]
+        # A second lone op leaves too: a client that reconnects at once does not wait
+        # behind its previous connection's Disconnected.
+        second = await _submit(client, "b")
+        (b_id,) = await call.batches.get()
+        rest = [await _submit(client, cid) for cid in ("c", "d")]
         await asyncio.sleep(0)  # a turn for a sender that would not wait
-        assert call.batches.empty()  # in flight: b and c gather behind a
-        call.answer()  # a receipt without results answers the batch too
+        assert call.batches.empty()  # two in flight: c and d gather behind them
+        call.answer()  # a receipt without results answers a batch too
         gathered = await call.batches.get()
         assert len(gathered) == 2
-        call.answer(a_id, receipts=0)  # a late result answers no batch: [b, c] in flight
+        call.answer(a_id, receipts=0)  # a late result answers no batch
         await first
-        d = await _submit(client, "d")
+        e = await _submit(client, "e")
         await asyncio.sleep(0)
-        assert call.batches.empty()  # d waits for the receipt of [b, c]
+        assert call.batches.empty()  # e waits: [b] and [c, d] are in flight
         call.answer(*gathered)
-        (d_id,) = await call.batches.get()  # and leaves on it
-        call.answer(d_id)
-        await asyncio.gather(*rest, d)
-        assert client.batches == 13
+        (e_id,) = await call.batches.get()  # and leaves on that receipt
+        call.answer(b_id, e_id, receipts=2)
+        await asyncio.gather(second, *rest, e)
+        assert client.batches == 14
         await client.stop()
 
     run_stopped(body)
