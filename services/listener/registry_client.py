@@ -3,9 +3,9 @@
 A unary RPC per CONNECT costs more CPU on both sides than the rest of the connect path
 together, so registrations and disconnection reports travel over one long-lived stream.
 A batch leaves at once when fewer than two are in flight; while two are, the ops
-submitted meanwhile gather and leave together when the registry answers; under a connect storm batches leave
-``_WINDOW`` apart (:class:`grpcutil.Pacer <services.common.grpcutil.Pacer>`). A client
-connecting alone never waits for a timer.
+submitted meanwhile gather and leave together when the registry answers; under a connect
+storm batches leave ``_WINDOW`` apart (:class:`grpcutil.Pacer
+<services.common.grpcutil.Pacer>`). A client connecting alone never waits for a timer.
 The registry answers every batch it reads at once, with the results of the ops that
 completed (an empty receipt if none did), and later results in completion order (each op
 carries an id).
