@@ -27,6 +27,7 @@ HELLO = HEADER.pack(0)
 MAX_SOCKET_PATH = 107  # bytes of sun_path before its NUL; a longer lane is left to gRPC
 REGISTRY_LANE = "conn"  # the registry's Connections stream: run/registry.conn.sock
 STORE_LANE = "stream"  # the msgstore's Stream: run/msgstore.stream.sock
+CALL_LANE = "call"  # a service's unary methods: run/<service>.call.sock
 
 
 class FrameError(Exception):

@@ -1,24 +1,30 @@
-"""A service's long-lived stream served on a plain unix socket (``services.common.framed``).
+"""A service's long-lived stream, and its unary calls, on plain unix sockets
+(``services.common.framed``).
 
 Each accepted socket is one call of the stream. The service writes an empty frame first
 (the stream is up: gRPC's initial metadata), then the servicer's method runs unchanged,
 fed the frames read as its request iterator, and what it yields is written back as
-frames. Only the transport differs from the gRPC method, which stays for clients that
-reach the service over TCP.
+frames. A call lane carries a service's unary methods: ``LaneCall`` frames in,
+``LaneReply`` frames out, paired by id, several in flight. Only the transport differs
+from the gRPC methods, which stay for clients that reach the service over TCP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from google.protobuf.message import DecodeError
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
 
 from services.common.framed import HELLO, FrameError, frame, frames
 from services.common.grpcutil import rpc_failed_as
+from services.pb import common_pb2
 
 Call = Callable[[AsyncIterator[bytes], Any], AsyncIterator[Any]]
 """The servicer's stream method: raw request frames and a context in, messages out."""
@@ -72,3 +78,120 @@ class Lane:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+
+# -- unary calls --------------------------------------------------------------------
+
+Handler = tuple[type[Message], Callable[[Any, Any], Awaitable[Message]]]
+
+
+class LaneAbort(Exception):
+    """A servicer ended the call with a status (``context.abort``)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+
+
+class CallContext(LaneContext):
+    """What the servicers' unary methods use of a gRPC context."""
+
+    __slots__ = ("code", "details")
+
+    def __init__(self) -> None:
+        self.code = "OK"
+        self.details = ""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", *_: object) -> NoReturn:
+        raise LaneAbort(code.name, details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = code.name
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+
+def unary_handlers(servicer: object, service: ServiceDescriptor) -> dict[str, Handler]:
+    """The servicer's unary methods by name, with their request types (as gRPC's
+    generated ``add_*_to_server`` would register them)."""
+    handlers: dict[str, Handler] = {}
+    for method in service.methods:
+        if method.client_streaming or method.server_streaming:
+            continue
+        fn = getattr(servicer, method.name, None)
+        if fn is not None:  # a method the servicer lacks is answered UNIMPLEMENTED
+            request = message_factory.GetMessageClass(method.input_type)
+            handlers[method.name] = (request, fn)
+    return handlers
+
+
+class CallLane:
+    """A service's unary methods on a unix socket: each ``LaneCall`` frame runs as its own
+    task (as gRPC runs each call) and is answered by a ``LaneReply`` frame with its id."""
+
+    def __init__(self, path: str, handlers: dict[str, Handler], target: str) -> None:
+        self.path = path
+        self.handlers = handlers
+        self.target = target
+        self.server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        sock = Path(self.path)
+        sock.parent.mkdir(parents=True, exist_ok=True)
+        sock.unlink(missing_ok=True)
+        self.server = await asyncio.start_unix_server(self._connection, self.path)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self.server is not None:
+            await self.server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            writer.write(HELLO)
+            async for data in frames(reader):
+                call = common_pb2.LaneCall.FromString(data)
+                task = asyncio.create_task(self._run(call, writer))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except (ConnectionError, FrameError, DecodeError) as exc:
+            rpc_failed_as(self.target, "lane", "UNAVAILABLE", repr(exc))
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _run(self, call: common_pb2.LaneCall, writer: asyncio.StreamWriter) -> None:
+        reply = common_pb2.LaneReply(id=call.id, code="OK")
+        handler = self.handlers.get(call.method)
+        context = CallContext()
+        try:
+            if handler is None:
+                raise LaneAbort("UNIMPLEMENTED", f"no method {call.method!r}")
+            request_type, method = handler
+            result = await method(request_type.FromString(call.body), context)
+            if context.code != "OK":
+                raise LaneAbort(context.code, context.details)
+            reply.body = result.SerializeToString()
+        except LaneAbort as exc:
+            reply.code, reply.details = exc.code, exc.details
+        except DecodeError as exc:
+            reply.code, reply.details = "INVALID_ARGUMENT", f"not a request: {exc}"
+        except NotImplementedError:
+            reply.code, reply.details = "UNIMPLEMENTED", f"no method {call.method!r}"
+        except Exception as exc:  # answered and logged, as gRPC answers INTERNAL
+            reply.code, reply.details = "INTERNAL", repr(exc)
+            rpc_failed_as(self.target, call.method, "INTERNAL", repr(exc), "error")
+        if not writer.is_closing():  # a caller gone meanwhile gets nothing, as over gRPC
+            writer.write(frame(reply.SerializeToString()))

@@ -19,6 +19,8 @@ from typing import Any
 
 from services.common import grpcutil, service
 from services.common.config import Config
+from services.common.framed import CALL_LANE, socket_path
+from services.common.lane import CallLane, unary_handlers
 from services.common.metrics import MetricsRegistry
 from services.common.peer import channel as peer_channel
 from services.common.peer.identity import load_or_create
@@ -35,7 +37,7 @@ from services.gossip.hub import WatchHub
 from services.gossip.metrics import GossipMetrics
 from services.gossip.servicer import GossipServicer
 from services.gossip.store import MetaStore
-from services.pb import cluster_pb2_grpc, common_pb2_grpc, gossip_pb2_grpc
+from services.pb import cluster_pb2_grpc, common_pb2_grpc, gossip_pb2, gossip_pb2_grpc
 
 GRACE_S = 1.0
 
@@ -141,19 +143,17 @@ async def _serve(
         return out
 
     server = grpcutil.create_server()
-    gossip_pb2_grpc.add_GossipServicer_to_server(
-        GossipServicer(
-            store,
-            committer,
-            hub,
-            settings,
-            metrics,
-            views=cluster.views,
-            join=cluster.join_via,
-            leave=cluster.remove,
-        ),
-        server,
+    servicer = GossipServicer(
+        store,
+        committer,
+        hub,
+        settings,
+        metrics,
+        views=cluster.views,
+        join=cluster.join_via,
+        leave=cluster.remove,
     )
+    gossip_pb2_grpc.add_GossipServicer_to_server(servicer, server)
     common_pb2_grpc.add_AdminServicer_to_server(
         grpcutil.AdminServicer(
             "gossip", settings.nodename, registry, all_details, ready=lambda: cluster.ready
@@ -162,6 +162,12 @@ async def _serve(
     )
     grpcutil.bind(server, settings.address)
     await server.start()
+    calls: CallLane | None = None
+    calls_path = socket_path(settings.address, CALL_LANE)
+    if calls_path is not None:
+        service_desc = gossip_pb2.DESCRIPTOR.services_by_name["Gossip"]
+        calls = CallLane(calls_path, unary_handlers(servicer, service_desc), "gossip")
+        await calls.start()
     gc_task = asyncio.create_task(collect_garbage(committer, settings, metrics, stop))
     service.started(settings.address)
     try:
@@ -173,6 +179,8 @@ async def _serve(
         await replicator.stop()
         await cluster.stop()
         await peers.stop(GRACE_S)
+        if calls is not None:
+            await calls.close()
         await server.stop(GRACE_S)
         await gc_task
         await committer.close()

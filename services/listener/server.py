@@ -24,7 +24,7 @@ import grpc
 from services.common import log
 from services.common.cluster_view import ViewFollower
 from services.common.config import Config
-from services.common.framed import REGISTRY_LANE, STORE_LANE, socket_path
+from services.common.framed import CALL_LANE, REGISTRY_LANE, STORE_LANE, socket_path
 from services.common.grpcutil import (
     AdminServicer,
     bind,
@@ -33,6 +33,7 @@ from services.common.grpcutil import (
     rpc_failed,
     service_address,
 )
+from services.common.lane_client import LaneClient
 from services.common.metrics import MetricsRegistry, SampleValue
 from services.common.peer import channel as peer_channel
 from services.common.service import started
@@ -64,6 +65,7 @@ from services.pb import (
     forward_pb2_grpc,
     gossip_pb2,
     gossip_pb2_grpc,
+    msgstore_pb2,
     registry_pb2,
     registry_pb2_grpc,
 )
@@ -254,6 +256,9 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         await _wait_ready(name, chan, stop)
     store = StoreClient(channels["msgstore"])
     store.lane = socket_path(addresses["msgstore"], STORE_LANE)
+    store_calls = socket_path(addresses["msgstore"], CALL_LANE)
+    if store_calls is not None:
+        store.calls = LaneClient(store_calls, msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"])
     store.start()
     broker = Broker(
         settings,
@@ -264,6 +269,10 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         metrics,
         processes.route_name(node, index),
     )
+    gossip_calls = socket_path(addresses["gossip"], CALL_LANE)
+    if gossip_calls is not None:
+        gossip_service = gossip_pb2.DESCRIPTOR.services_by_name["Gossip"]
+        broker.meta.lane = LaneClient(gossip_calls, gossip_service)
     meta_ready = asyncio.Event()
     follower = ViewFollower(broker.gossip, node, broker.set_view)
     tasks = [
@@ -429,6 +438,9 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     await broker.forwarder.stop()
     await peers.stop(1)
     await store.stop()
+    for lane in (store.calls, broker.meta.lane):
+        if lane is not None:
+            await lane.close()
     await admin.stop(1)
     for chan in channels.values():
         await chan.close(None)

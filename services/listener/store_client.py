@@ -40,6 +40,7 @@ from google.protobuf.message import DecodeError
 
 from services.common.framed import FrameError, frame, frames, read_frame
 from services.common.grpcutil import rpc_failed_as
+from services.common.lane_client import LaneClient, LaneUnreachable
 from services.listener import convert
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
@@ -60,6 +61,7 @@ MAX_APPEND_BYTES: Final = 60 * 1024 * 1024
 
 
 _STORE_ERROR: Final = int(msgstore_pb2.APPEND_STORE_ERROR)
+READ_TIMEOUT: Final = 30.0
 
 
 class StreamBroken(Exception):
@@ -132,6 +134,8 @@ class StoreClient:
         )
         # The msgstore's unix socket for the stream (framed.socket_path), else gRPC.
         self.lane: str | None = None
+        # Its call lane, for Read (``services.common.lane``), else gRPC.
+        self.calls: LaneClient | None = None
         self.max_inflight = max_inflight
         self._open = _Batch()
         self._sealed: deque[_Batch] = deque()  # full, waiting for a slot, in order
@@ -413,15 +417,24 @@ class StoreClient:
     async def read(
         self, mountpoint: str, client_id: str, epoch: int, after_seq: int, max_entries: int = 1000
     ) -> msgstore_pb2.ReadReply:
-        reply: msgstore_pb2.ReadReply = await self.stub.Read(
-            msgstore_pb2.ReadRequest(
-                key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
-                epoch=epoch,
-                after_seq=after_seq,
-                max_entries=max_entries,
-            ),
-            timeout=30,
+        """A page of the queue; raises ``AioRpcError`` or, over the call lane,
+        ``LaneError``."""
+        request = msgstore_pb2.ReadRequest(
+            key=common_pb2.SessionKey(mountpoint=mountpoint, client_id=client_id),
+            epoch=epoch,
+            after_seq=after_seq,
+            max_entries=max_entries,
         )
+        calls = self.calls
+        if calls is not None:
+            try:
+                answer = await calls.call("Read", request, READ_TIMEOUT)
+            except LaneUnreachable:
+                pass  # not listening (restarting): gRPC waits for it
+            else:
+                assert isinstance(answer, msgstore_pb2.ReadReply)
+                return answer
+        reply: msgstore_pb2.ReadReply = await self.stub.Read(request, timeout=READ_TIMEOUT)
         return reply
 
 

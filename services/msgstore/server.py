@@ -13,9 +13,9 @@ from typing import Any
 
 from services.common import log
 from services.common.config import Config
-from services.common.framed import STORE_LANE, socket_path
+from services.common.framed import CALL_LANE, STORE_LANE, socket_path
 from services.common.grpcutil import AdminServicer, bind, create_server
-from services.common.lane import Lane
+from services.common.lane import CallLane, Lane, unary_handlers
 from services.common.metrics import MetricsRegistry
 from services.common.service import started
 from services.common.typed_settings import build
@@ -30,7 +30,7 @@ from services.msgstore.model import Collected, CollectTombstones
 from services.msgstore.queue import DBS, QueueStore
 from services.msgstore.servicer import MsgStoreServicer, add_to_server
 from services.msgstore.tombstones import Graveyard
-from services.pb import common_pb2_grpc
+from services.pb import common_pb2_grpc, msgstore_pb2
 
 STOP_GRACE = 1.0  # seconds in-flight RPCs get to finish once stop is set
 COLLECT_EVERY = 10.0  # seconds between two looks for tombstones past their grace
@@ -134,6 +134,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     common_pb2_grpc.add_AdminServicer_to_server(admin, server)
     collector = asyncio.create_task(collect_tombstones(committer, graveyard))
     lane: Lane | None = None
+    calls: CallLane | None = None
     try:
         if settings.replication_factor > 1:
             side = servicer.cluster = await start_cluster(settings, store, committer)
@@ -147,6 +148,11 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         if lane_path is not None:
             lane = Lane(lane_path, servicer.Stream, "msgstore", "Stream")
             await lane.start()
+        calls_path = socket_path(settings.address, CALL_LANE)
+        if calls_path is not None:
+            service = msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"]
+            calls = CallLane(calls_path, unary_handlers(servicer, service), "msgstore")
+            await calls.start()
         ready = True
         started(settings.address)
         await stop.wait()
@@ -155,6 +161,8 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         collector.cancel()
         if lane is not None:
             await lane.close()
+        if calls is not None:
+            await calls.close()
         await server.stop(STOP_GRACE)
         if side is not None:
             await side.close()

@@ -116,3 +116,25 @@ class MetricsReply(_message.Message):
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     samples: _containers.RepeatedCompositeFieldContainer[Sample]
     def __init__(self, samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ...) -> None: ...
+
+class LaneCall(_message.Message):
+    __slots__ = ("id", "method", "body")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    method: str
+    body: bytes
+    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class LaneReply(_message.Message):
+    __slots__ = ("id", "code", "details", "body")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    code: str
+    details: str
+    body: bytes
+    def __init__(self, id: _Optional[int] = ..., code: _Optional[str] = ..., details: _Optional[str] = ..., body: _Optional[bytes] = ...) -> None: ...

@@ -1,7 +1,10 @@
 """Calls to this node's msgstore and gossip services, each with a deadline.
 
 Channels are long-lived and reconnect by themselves; calls use ``wait_for_ready`` so a
-service that is still starting is waited for, but never past ``rpc_timeout``. Every
+service that is still starting is waited for, but never past ``rpc_timeout``. Unary calls
+go over each service's call lane when it listens on a unix socket
+(``services.common.lane``): a gRPC aio call costs each side several times the CPU, and a
+persistent CONNECT makes several. Every
 failure becomes a :class:`BackendError` (and an ``rpc.failed`` event), which the caller
 turns into a refused CONNECT or a later retry — never a crash.
 """
@@ -10,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
+from services.common.framed import CALL_LANE, socket_path
 from services.common.grpcutil import CHANNEL_OPTIONS, rpc_failed_as
+from services.common.lane_client import LaneClient, LaneError, LaneUnreachable
 from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
 from services.registry.records import SUBS_PREFIX, pb_key
@@ -64,6 +69,14 @@ class Backends:
         self._gossip_channel = _channel(gossip_address)
         self.msgstore = msgstore_pb2_grpc.MsgStoreStub(self._msgstore_channel)
         self.gossip = gossip_pb2_grpc.GossipStub(self._gossip_channel)
+        self._lanes: dict[str, LaneClient] = {}
+        for target, address, service in (
+            ("msgstore", msgstore_address, msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"]),
+            ("gossip", gossip_address, gossip_pb2.DESCRIPTOR.services_by_name["Gossip"]),
+        ):
+            path = socket_path(address, CALL_LANE)
+            if path is not None:
+                self._lanes[target] = LaneClient(path, service)
         # A queue this node owns: its replica set, this node first (() = not replicated);
         # the registrar sets it when msgstore.replication_factor > 1.
         self.replica_set: Callable[[SessionKey], tuple[str, ...]] = lambda key: ()
@@ -71,6 +84,14 @@ class Backends:
     async def _call(
         self, target: str, method: str, fn: Callable[..., Awaitable[T]], request: Any
     ) -> T:
+        lane = self._lanes.get(target)
+        if lane is not None:
+            try:
+                return cast(T, await lane.call(method, request, self.timeout))
+            except LaneUnreachable:
+                pass  # not listening (restarting, or gRPC only): gRPC waits for it
+            except LaneError as exc:
+                raise _logged(BackendError(target, method, exc.code, exc.details)) from None
         try:
             return await fn(request, timeout=self.timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
@@ -302,5 +323,7 @@ class Backends:
         raise _logged(err)
 
     async def close(self) -> None:
+        for lane in self._lanes.values():
+            await lane.close()
         await self._msgstore_channel.close(None)
         await self._gossip_channel.close(None)

@@ -1,8 +1,9 @@
-"""The listener's two hot streams on their unix-socket lanes, across a SIGKILL of the
-service at the other end: the registry's ``Connections`` and the msgstore's ``Stream``
-(``services.common.lane``). The supervisor restarts the killed service; the listener
-must reopen the lane on its own, report the break as ``rpc.failed``, and lose nothing
-a publisher was told is stored."""
+"""The local lanes between a node's services (``services.common.lane``) across a SIGKILL
+of the service at the other end: the registry's ``Connections`` and the msgstore's
+``Stream`` (the listener's two hot streams), and the msgstore's and gossip's call lanes
+(the registry's queue and directory calls on a persistent CONNECT). The supervisor
+restarts the killed service; its callers must reopen the lanes on their own, report the
+break as ``rpc.failed``, and lose nothing a publisher was told is stored."""
 
 from __future__ import annotations
 
@@ -34,6 +35,18 @@ def _kill_and_wait(node: Node, service: str) -> None:
     wait_for(back, 60, 0.1, f"{service} restarted and the node healthy")
 
 
+def _connect_until_accepted(node: Node, client_id: str) -> Client:
+    deadline = time.monotonic() + 30
+    while True:
+        client = Client(client_id, node.mqtt_port, clean=False, reconnect=False)
+        client.connect(expect_ok=False)
+        if not client.reason_code.is_failure:
+            return client
+        client.disconnect()
+        assert time.monotonic() < deadline, f"{client_id}: refused for 30 s: {client.reason_code}"
+        time.sleep(0.2)
+
+
 def _publish_until_stored(node: Node, topic: str) -> bytes:
     """Publish QoS 1 (MQTT 5, so a write the store could not take is answered 0x80)
     until one is acknowledged; its payload."""
@@ -54,7 +67,8 @@ def test_the_listener_reopens_its_lanes_after_their_service_is_killed(fresh_node
     node = fresh_node
     node.start()
     run = node.data_dir / "run"
-    assert (run / "registry.conn.sock").exists() and (run / "msgstore.stream.sock").exists()
+    lanes = ("registry.conn.sock", "msgstore.stream.sock", "msgstore.call.sock", "gossip.call.sock")
+    assert all((run / lane).exists() for lane in lanes), sorted(p.name for p in run.iterdir())
 
     sub = Client("lane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
     sub.subscribe("lane/t", 1)
@@ -70,7 +84,9 @@ def test_the_listener_reopens_its_lanes_after_their_service_is_killed(fresh_node
 
     _kill_and_wait(node, "registry")
     # A CONNECT needs the registry: it succeeds over the reopened Connections lane.
-    sub = Client("lane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
+    # Until the listener's lane is back (its backoff is at most 1 s), a CONNECT is
+    # refused with "server unavailable", as a client would see it; it tries again.
+    sub = _connect_until_accepted(node, "lane-sub")
     assert sub.session_present
     got = [m.payload for m in sub.drain(2.0)]
     assert got and got[0] == b"before" and stored in got, got
