@@ -62,11 +62,11 @@ async def frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         yield data
 
 
-def socket_path(grpc_address: str, lane: str) -> str | None:
-    """The unix socket beside a service's gRPC socket for ``lane``, or None when the
-    service listens on TCP (a service on another host gets gRPC only) or the path would
-    not fit a socket address."""
-    if not grpc_address.startswith("unix:"):
+def socket_path(grpc_address: str, lane: str, enabled: bool = True) -> str | None:
+    """The unix socket beside a service's gRPC socket for ``lane``, or None when lanes
+    are off (``service_lanes``), the service listens on TCP (a service on another host
+    gets gRPC only) or the path would not fit a socket address."""
+    if not enabled or not grpc_address.startswith("unix:"):
         return None
     path = grpc_address[5:].removeprefix("//")
     stem = path.removesuffix(".sock")

@@ -69,7 +69,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         try:
             store = MetaStore(settings.nodename)
             await loop.run_in_executor(executor, load_store, store, engine)
-            await _serve(settings, store, engine, executor, stop)
+            await _serve(settings, store, engine, executor, stop, config["service_lanes"])
         finally:
             await loop.run_in_executor(executor, engine.close)
     finally:
@@ -83,6 +83,7 @@ async def _serve(
     engine: LmdbEngine,
     executor: ThreadPoolExecutor,
     stop: asyncio.Event,
+    lanes: bool,
 ) -> None:
     hub = WatchHub()
     registry = MetricsRegistry()
@@ -163,7 +164,7 @@ async def _serve(
     grpcutil.bind(server, settings.address)
     await server.start()
     calls: CallLane | None = None
-    calls_path = socket_path(settings.address, CALL_LANE)
+    calls_path = socket_path(settings.address, CALL_LANE, lanes)
     if calls_path is not None:
         service_desc = gossip_pb2.DESCRIPTOR.services_by_name["Gossip"]
         calls = CallLane(calls_path, unary_handlers(servicer, service_desc), "gossip")

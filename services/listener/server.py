@@ -255,8 +255,9 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     for name, chan in channels.items():
         await _wait_ready(name, chan, stop)
     store = StoreClient(channels["msgstore"])
-    store.lane = socket_path(addresses["msgstore"], STORE_LANE)
-    store_calls = socket_path(addresses["msgstore"], CALL_LANE)
+    lanes: bool = config["service_lanes"]
+    store.lane = socket_path(addresses["msgstore"], STORE_LANE, lanes)
+    store_calls = socket_path(addresses["msgstore"], CALL_LANE, lanes)
     if store_calls is not None:
         store.calls = LaneClient(store_calls, msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"])
     store.start()
@@ -269,7 +270,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         metrics,
         processes.route_name(node, index),
     )
-    gossip_calls = socket_path(addresses["gossip"], CALL_LANE)
+    gossip_calls = socket_path(addresses["gossip"], CALL_LANE, lanes)
     if gossip_calls is not None:
         gossip_service = gossip_pb2.DESCRIPTOR.services_by_name["Gossip"]
         broker.meta.lane = LaneClient(gossip_calls, gossip_service)
@@ -280,7 +281,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         asyncio.create_task(_watch_meta(broker, broker.gossip, meta_ready, stop)),
         asyncio.create_task(_watch_registry(broker, broker.registry, stop)),
     ]
-    broker.registry_client.lane = socket_path(addresses["registry"], REGISTRY_LANE)
+    broker.registry_client.lane = socket_path(addresses["registry"], REGISTRY_LANE, lanes)
     broker.registry_client.start()
     await asyncio.wait_for(store.connected.wait(), _READY_TIMEOUT)
     await asyncio.wait_for(broker.registry_client.connected.wait(), _READY_TIMEOUT)

@@ -144,11 +144,11 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             )
         bind(server, settings.address)
         await server.start()
-        lane_path = socket_path(settings.address, STORE_LANE)
+        lane_path = socket_path(settings.address, STORE_LANE, config["service_lanes"])
         if lane_path is not None:
             lane = Lane(lane_path, servicer.Stream, "msgstore", "Stream")
             await lane.start()
-        calls_path = socket_path(settings.address, CALL_LANE)
+        calls_path = socket_path(settings.address, CALL_LANE, config["service_lanes"])
         if calls_path is not None:
             service = msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"]
             calls = CallLane(calls_path, unary_handlers(servicer, service), "msgstore")

@@ -81,6 +81,14 @@ NODE_SETTINGS: list[Setting] = [
         "writes the JSON lines (log_dir/spool/ holds them meanwhile), so formatting the "
         "per-message events costs them nothing. Off: each service formats and writes its own.",
     ),
+    Setting(
+        "service_lanes",
+        "bool",
+        "on",
+        "The hot calls between this node's services (CONNECTs to the registry, writes and "
+        "reads of the msgstore, metadata writes to gossip) use plain unix sockets beside "
+        "their gRPC sockets, at a fraction of gRPC's CPU. Off: gRPC only.",
+    ),
     Setting("log.rotate_size", "size", "100MB", "Rotate a service's log file at this size."),
     Setting("log.rotate_keep", "int", "10", "How many rotated log files to keep.", minimum=1),
     Setting(

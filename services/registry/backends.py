@@ -63,7 +63,9 @@ def _logged(err: BackendError) -> BackendError:
 
 
 class Backends:
-    def __init__(self, msgstore_address: str, gossip_address: str, rpc_timeout: float) -> None:
+    def __init__(
+        self, msgstore_address: str, gossip_address: str, rpc_timeout: float, lanes: bool = True
+    ) -> None:
         self.timeout = rpc_timeout
         self._msgstore_channel = _channel(msgstore_address)
         self._gossip_channel = _channel(gossip_address)
@@ -74,7 +76,7 @@ class Backends:
             ("msgstore", msgstore_address, msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"]),
             ("gossip", gossip_address, gossip_pb2.DESCRIPTOR.services_by_name["Gossip"]),
         ):
-            path = socket_path(address, CALL_LANE)
+            path = socket_path(address, CALL_LANE, lanes)
             if path is not None:
                 self._lanes[target] = LaneClient(path, service)
         # A queue this node owns: its replica set, this node first (() = not replicated);

@@ -53,7 +53,12 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
     )
     metrics = MetricsRegistry()
     committer = Committer(store, table.get, (s.key for s in sessions), metrics)
-    backends = Backends(settings.msgstore_address, settings.gossip_address, settings.rpc_timeout)
+    backends = Backends(
+        settings.msgstore_address,
+        settings.gossip_address,
+        settings.rpc_timeout,
+        lanes=config["service_lanes"],
+    )
     hub = WatchHub()
     registrar = Registrar(settings, table, committer, backends, hub, metrics)
     lost: set[asyncio.Task[int]] = set()
@@ -91,7 +96,7 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
         )
         bind(server, settings.address)
         await server.start()
-        lane_path = socket_path(settings.address, REGISTRY_LANE)
+        lane_path = socket_path(settings.address, REGISTRY_LANE, config["service_lanes"])
         if lane_path is not None:
             lane = Lane(lane_path, servicer.connections_lane, "registry", "Connections")
             await lane.start()

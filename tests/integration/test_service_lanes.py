@@ -11,10 +11,11 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 
 from services.common.framed import HELLO
 from tests.support.clients import Client
-from tests.support.node import Node, wait_for
+from tests.support.node import Node, make_node, wait_for
 
 
 def _pid(node: Node, service: str) -> int:
@@ -120,3 +121,26 @@ def test_a_broken_frame_on_the_store_lane_ends_that_stream_only(fresh_node: Node
     node.settle_logs()
     reasons = [str(e["reason"]) for e in node.events("rpc.failed") if e["target"] == "msgstore"]
     assert any("over" in r for r in reasons) and any("inside a frame" in r for r in reasons)
+
+
+def test_with_lanes_off_every_call_goes_over_grpc(tmp_path: Path) -> None:
+    """``service_lanes = off``: no lane socket is made, and a persistent session still
+    connects, queues, resumes and gets what it missed."""
+    node = make_node(tmp_path / "node", service_lanes="off")
+    node.start()
+    try:
+        run = node.data_dir / "run"
+        assert not [p.name for p in run.iterdir() if p.name.count(".") > 1]
+        sub = Client("nolane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
+        sub.subscribe("nolane/t", 1)
+        sub.disconnect()
+        pub = Client("nolane-pub", node.mqtt_port, reconnect=False).connect()
+        pub.publish("nolane/t", b"queued", qos=1, tag=1)
+        wait_for(lambda: pub.acked == [1], 15, what="the PUBACK")
+        pub.disconnect()
+        sub = Client("nolane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
+        assert sub.session_present
+        assert [m.payload for m in sub.take(1)] == [b"queued"]
+        sub.disconnect()
+    finally:
+        assert node.stop() == 0, node.output()
