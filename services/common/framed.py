@@ -34,6 +34,17 @@ class FrameError(Exception):
     """The peer broke framing: the stream cannot go on."""
 
 
+class LaneError(Exception):
+    """A call on a lane ended with a status: a ``grpc.StatusCode`` name, as an
+    ``AioRpcError`` carries (a servicer's ``context.abort`` on the service's side, the
+    reply's status on the caller's)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+
+
 def frame(payload: bytes) -> bytes:
     if len(payload) > MAX_FRAME:
         raise FrameError(f"frame of {len(payload)} bytes, over {MAX_FRAME}")

@@ -22,7 +22,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from services.common.framed import HELLO, FrameError, frame, frames
+from services.common.framed import HELLO, FrameError, LaneError, frame, frames
 from services.common.grpcutil import rpc_failed_as
 from services.pb import common_pb2
 
@@ -39,38 +39,40 @@ class LaneContext:
         """Sent already: the lane's first frame."""
 
 
-class Lane:
-    """The listening socket and the streams it carries (closed with it)."""
+class _Served:
+    """A unix socket and the connections it holds, closed with it. Each connection gets
+    the hello, then ``_serve``; a peer that breaks framing loses its connection only,
+    logged as ``rpc.failed``."""
 
-    def __init__(self, path: str, call: Call, target: str, method: str) -> None:
+    def __init__(self, path: str, target: str, method: str) -> None:
         self.path = path
-        self.call = call
-        self.target = target  # for rpc.failed: the service and the method it serves
+        self.target = target  # for rpc.failed: the service and what it serves here
         self.method = method
         self.server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         sock = Path(self.path)
         sock.parent.mkdir(parents=True, exist_ok=True)
         sock.unlink(missing_ok=True)  # a killed service's socket file
-        self.server = await asyncio.start_unix_server(self._stream, self.path)
+        self.server = await asyncio.start_unix_server(self._accepted, self.path)
 
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
         for writer in list(self._writers):
-            writer.close()  # each stream's reader sees the end, and its call returns
+            writer.close()  # each connection's reader sees the end, and its call returns
+        for task in list(self._tasks):
+            task.cancel()
         if self.server is not None:
             await self.server.wait_closed()
 
-    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
             writer.write(HELLO)
-            async for out in self.call(frames(reader), LaneContext()):
-                writer.write(frame(out.SerializeToString()))
-                await writer.drain()  # a client that stops reading holds its own answers
+            await self._serve(reader, writer)
         except (ConnectionError, FrameError, DecodeError) as exc:
             rpc_failed_as(self.target, self.method, "UNAVAILABLE", repr(exc))
         finally:
@@ -79,19 +81,26 @@ class Lane:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class Lane(_Served):
+    """One stream method: each connection is one call of it."""
+
+    def __init__(self, path: str, call: Call, target: str, method: str) -> None:
+        super().__init__(path, target, method)
+        self.call = call
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async for out in self.call(frames(reader), LaneContext()):
+            writer.write(frame(out.SerializeToString()))
+            await writer.drain()  # a client that stops reading holds its own answers
+
 
 # -- unary calls --------------------------------------------------------------------
 
 Handler = tuple[type[Message], Callable[[Any, Any], Awaitable[Message]]]
-
-
-class LaneAbort(Exception):
-    """A servicer ended the call with a status (``context.abort``)."""
-
-    def __init__(self, code: str, details: str) -> None:
-        super().__init__(f"{code}: {details}")
-        self.code = code
-        self.details = details
 
 
 class CallContext(LaneContext):
@@ -104,7 +113,7 @@ class CallContext(LaneContext):
         self.details = ""
 
     async def abort(self, code: grpc.StatusCode, details: str = "", *_: object) -> NoReturn:
-        raise LaneAbort(code.name, details)
+        raise LaneError(code.name, details)
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self.code = code.name
@@ -127,50 +136,20 @@ def unary_handlers(servicer: object, service: ServiceDescriptor) -> dict[str, Ha
     return handlers
 
 
-class CallLane:
+class CallLane(_Served):
     """A service's unary methods on a unix socket: each ``LaneCall`` frame runs as its own
     task (as gRPC runs each call) and is answered by a ``LaneReply`` frame with its id."""
 
     def __init__(self, path: str, handlers: dict[str, Handler], target: str) -> None:
-        self.path = path
+        super().__init__(path, target, "lane")
         self.handlers = handlers
-        self.target = target
-        self.server: asyncio.AbstractServer | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        sock = Path(self.path)
-        sock.parent.mkdir(parents=True, exist_ok=True)
-        sock.unlink(missing_ok=True)
-        self.server = await asyncio.start_unix_server(self._connection, self.path)
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-        for writer in list(self._writers):
-            writer.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self.server is not None:
-            await self.server.wait_closed()
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            writer.write(HELLO)
-            async for data in frames(reader):
-                call = common_pb2.LaneCall.FromString(data)
-                task = asyncio.create_task(self._run(call, writer))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-        except (ConnectionError, FrameError, DecodeError) as exc:
-            rpc_failed_as(self.target, "lane", "UNAVAILABLE", repr(exc))
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async for data in frames(reader):
+            call = common_pb2.LaneCall.FromString(data)
+            task = asyncio.create_task(self._run(call, writer))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _run(self, call: common_pb2.LaneCall, writer: asyncio.StreamWriter) -> None:
         reply = common_pb2.LaneReply(id=call.id, code="OK")
@@ -178,13 +157,13 @@ class CallLane:
         context = CallContext()
         try:
             if handler is None:
-                raise LaneAbort("UNIMPLEMENTED", f"no method {call.method!r}")
+                raise LaneError("UNIMPLEMENTED", f"no method {call.method!r}")
             request_type, method = handler
             result = await method(request_type.FromString(call.body), context)
             if context.code != "OK":
-                raise LaneAbort(context.code, context.details)
+                raise LaneError(context.code, context.details)
             reply.body = result.SerializeToString()
-        except LaneAbort as exc:
+        except LaneError as exc:
             reply.code, reply.details = exc.code, exc.details
         except DecodeError as exc:
             reply.code, reply.details = "INVALID_ARGUMENT", f"not a request: {exc}"

@@ -22,15 +22,10 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from services.common.framed import FrameError, frame, frames, read_frame
+from services.common.framed import FrameError, LaneError, frame, frames, read_frame
 from services.pb import common_pb2
 
-
-class LaneError(Exception):
-    def __init__(self, code: str, details: str) -> None:
-        super().__init__(f"{code}: {details}")
-        self.code = code
-        self.details = details
+__all__ = ["LaneClient", "LaneError", "LaneUnreachable"]
 
 
 class LaneUnreachable(LaneError):

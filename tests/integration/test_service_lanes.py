@@ -36,6 +36,18 @@ def _kill_and_wait(node: Node, service: str) -> None:
     wait_for(back, 60, 0.1, f"{service} restarted and the node healthy")
 
 
+def _queue_one(node: Node, client_id: str, topic: str, payload: bytes) -> None:
+    """A persistent session of ``client_id`` subscribed to ``topic`` and gone offline, and
+    one QoS 1 message for it, acknowledged: queued in the msgstore."""
+    sub = Client(client_id, node.mqtt_port, clean=False, reconnect=False).connect()
+    sub.subscribe(topic, 1)
+    sub.disconnect()
+    pub = Client(f"{client_id}-pub", node.mqtt_port, reconnect=False).connect()
+    pub.publish(topic, payload, qos=1, tag=1)
+    wait_for(lambda: pub.acked == [1], 15, what="the PUBACK")
+    pub.disconnect()
+
+
 def _connect_until_accepted(node: Node, client_id: str) -> Client:
     deadline = time.monotonic() + 30
     while True:
@@ -71,13 +83,7 @@ def test_the_listener_reopens_its_lanes_after_their_service_is_killed(fresh_node
     lanes = ("registry.conn.sock", "msgstore.stream.sock", "msgstore.call.sock", "gossip.call.sock")
     assert all((run / lane).exists() for lane in lanes), sorted(p.name for p in run.iterdir())
 
-    sub = Client("lane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
-    sub.subscribe("lane/t", 1)
-    sub.disconnect()  # offline: what follows is queued in the msgstore, not delivered live
-    pub = Client("lane-pub", node.mqtt_port, reconnect=False).connect()
-    pub.publish("lane/t", b"before", qos=1, tag=0)
-    wait_for(lambda: pub.acked == [0], 15, what="the first PUBACK")
-    pub.disconnect()
+    _queue_one(node, "lane-sub", "lane/t", b"before")
 
     _kill_and_wait(node, "msgstore")
     # The store stream broke with the process; writes go over a new one once it is back.
@@ -111,13 +117,7 @@ def test_a_broken_frame_on_the_store_lane_ends_that_stream_only(fresh_node: Node
             sock.shutdown(socket.SHUT_WR)
             assert sock.recv(100) == b""  # the msgstore closed it, answering nothing
     # The listener's own stream is untouched: a persistent session's write is stored.
-    sub = Client("lane-keep", node.mqtt_port, clean=False, reconnect=False).connect()
-    sub.subscribe("keep/t", 1)
-    sub.disconnect()
-    pub = Client("lane-keep-pub", node.mqtt_port, reconnect=False).connect()
-    pub.publish("keep/t", b"kept", qos=1, tag=1)
-    wait_for(lambda: pub.acked == [1], 15, what="the PUBACK")
-    pub.disconnect()
+    _queue_one(node, "lane-keep", "keep/t", b"kept")
     node.settle_logs()
     reasons = [str(e["reason"]) for e in node.events("rpc.failed") if e["target"] == "msgstore"]
     assert any("over" in r for r in reasons) and any("inside a frame" in r for r in reasons)
@@ -131,13 +131,7 @@ def test_with_lanes_off_every_call_goes_over_grpc(tmp_path: Path) -> None:
     try:
         run = node.data_dir / "run"
         assert not [p.name for p in run.iterdir() if p.name.count(".") > 1]
-        sub = Client("nolane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
-        sub.subscribe("nolane/t", 1)
-        sub.disconnect()
-        pub = Client("nolane-pub", node.mqtt_port, reconnect=False).connect()
-        pub.publish("nolane/t", b"queued", qos=1, tag=1)
-        wait_for(lambda: pub.acked == [1], 15, what="the PUBACK")
-        pub.disconnect()
+        _queue_one(node, "nolane-sub", "nolane/t", b"queued")
         sub = Client("nolane-sub", node.mqtt_port, clean=False, reconnect=False).connect()
         assert sub.session_present
         assert [m.payload for m in sub.take(1)] == [b"queued"]
