@@ -398,6 +398,8 @@ class ActionExecutor:
                 msg.qos,
                 msg.payload,
                 msg.retain,
+                msg.properties,
+                msg.expires_at,
             )
         self.broker.route(msg, self, action.token)
 

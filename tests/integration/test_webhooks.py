@@ -89,6 +89,15 @@ class HookService:
         ok: dict[str, Any] = {"result": "ok"}
         if hook == "on_auth_m5":
             return self.auth(body), {}
+        if hook == "on_deliver_m5" and body["topic"] == "props/in":
+            mods = {
+                "properties": {
+                    "p_response_topic": "reply/here",
+                    "p_correlation_data": "xyz",
+                    "p_topic_alias": 3,  # not a message's: ignored, said once
+                }
+            }
+            return {"result": "ok", "modifiers": mods}, {}
         if hook.startswith("on_deliver"):
             if body["topic"] != "deliver/rewrite":
                 return ok, {}
@@ -120,6 +129,13 @@ class HookService:
                 }, {}
             if topic.startswith("cached/"):
                 return ok, {"cache-control": "max-age=60"}
+            if topic == "props/in":
+                user = [{"key": _b64("by"), "val": _b64("publish-hook")}]
+                props = {"p_content_type": "application/json", "p_user_property": user}
+                return {"result": "ok", "modifiers": {"properties": props}}, {}
+            if topic == "props/bad":
+                props = {"p_payload_format_indicator": "binary"}
+                return {"result": "ok", "modifiers": {"properties": props}}, {}
             return ok, {}
         refused = 135 if hook.endswith("_m5") else 128
         topics = [
@@ -220,6 +236,54 @@ def test_publish_modifiers_rewrite_and_a_refusal_is_0x87(node: Node) -> None:
     finally:
         pub.disconnect()
         sub.disconnect()
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_properties_are_shown_to_the_m5_hooks_and_rewritten_by_them(
+    node: Node, service: HookService
+) -> None:
+    """VerneMQ's ``properties`` modifier: auth_on_publish_m5 rewrites what the message
+    carries, on_deliver_m5 what one subscriber gets; each hook sees the properties as
+    they are at its turn, and a modifier that cannot be applied refuses the publish."""
+    sub = Client("wh-props-sub", node.mqtt_port, 5).connect()
+    pub = Client("wh-props-pub", node.mqtt_port, 5).connect()
+    try:
+        sub.subscribe("props/#", qos=1)
+        sent = Properties(PacketTypes.PUBLISH)
+        sent.ContentType = "text/plain"
+        sent.UserProperty = [("a", "1")]
+        pub.publish("props/in", b"p", qos=1, tag=1, properties=sent)
+        (got,) = sub.take(1)
+        assert got.properties.ContentType == "application/json"
+        assert got.properties.UserProperty == [("by", "publish-hook")]
+        assert got.properties.ResponseTopic == "reply/here"
+        assert got.properties.CorrelationData == b"xyz"
+        pub.publish("props/bad", b"b", qos=1, tag=2)
+        wait_for(lambda: pub.refused, 10, what="the refused PUBACK")
+        assert pub.refused == [(2, 0x87)]
+    finally:
+        pub.disconnect()
+        sub.disconnect()
+    with service.lock:
+        asked = {h: b for h, b in service.calls if b.get("topic") == "props/in"}
+    assert asked["auth_on_publish_m5"]["properties"] == {
+        "p_content_type": "text/plain",
+        "p_user_property": [{"key": _b64("a"), "val": _b64("1")}],
+    }
+    rewritten = {
+        "p_content_type": "application/json",
+        "p_user_property": [{"key": _b64("by"), "val": _b64("publish-hook")}],
+    }
+    assert asked["on_deliver_m5"]["properties"] == rewritten
+    wait_for(lambda: service.count("on_publish_m5", topic="props/in"), 10, what="on_publish_m5")
+    with service.lock:
+        published = [b for h, b in service.calls if h == "on_publish_m5"]
+    assert [b["properties"] for b in published if b["topic"] == "props/in"] == [rewritten]
+    wait_for(lambda: refused(node, "auth_on_publish_m5"), 10, what="webhook.failed")
+    assert any("p_payload_format_indicator" in r for r in refused(node, "auth_on_publish_m5"))
 
 
 def test_an_ok_with_max_age_is_cached(node: Node, service: HookService) -> None:

@@ -1,6 +1,7 @@
 """``on_deliver`` / ``on_deliver_m5``: each message for a subscriber is shown to the hook
-before it is delivered, and the answer may rewrite its topic and payload (VerneMQ's
-``topic`` and ``payload`` modifiers; the _m5 form's ``properties`` is not applied).
+before it is delivered, with its MQTT 5 properties, and the answer may rewrite its topic
+and payload (VerneMQ's ``topic`` and ``payload`` modifiers) and, for ``on_deliver_m5``,
+its properties (the ``properties`` modifier, :mod:`.props`).
 
 Theory of operation: the executor hands a delivery to :meth:`DeliverHook.push` instead
 of to its session (one attribute check when no hook is registered: the executor's
@@ -20,19 +21,17 @@ then C.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import replace
 from typing import Protocol
 
 from services.common.background import Background
 from services.common.session_key import SessionKey
-from services.listener.session.messages import OutboundMessage
+from services.listener.session.messages import Message, OutboundMessage
+from services.listener.webhooks import props
 from services.listener.webhooks.client import Webhooks
-from services.listener.webhooks.spec import (
-    UNAPPLIED_DELIVER_MODIFIERS,
-    deliver_body,
-    deliver_modifiers,
-)
+from services.listener.webhooks.spec import deliver_body, deliver_modifiers
 
 
 class Subscriber(Protocol):
@@ -84,6 +83,7 @@ class DeliverHook:
         body = deliver_body(
             sid[0], sid[1], self.username, msg.topic, out.qos, msg.payload, out.retain, b64
         )
+        body["properties"] = props.encode(_shown(msg), b64)
         self.pending.spawn(self._ask(entry, body, b64), f"webhook-{self.hook}")
 
     async def _ask(self, entry: _Waiting, body: dict[str, object], b64: bool) -> None:
@@ -98,21 +98,40 @@ class DeliverHook:
     def _modified(
         self, out: OutboundMessage, mods: dict[str, object], b64: bool
     ) -> OutboundMessage:
-        for name in UNAPPLIED_DELIVER_MODIFIERS:
-            if name in mods:
-                self.webhooks.ignored(self.hook, name, "not applied to a delivery")
         change = deliver_modifiers(dict(mods), b64)
         if isinstance(change, str):
             self.webhooks.invalid(self.hook, change)
             return out
         topic, payload = change
-        if topic is None and payload is None:
-            return out
         msg = out.message
+        properties, expires_at = msg.properties, msg.expires_at
+        if "properties" in mods:
+            if self.hook != "on_deliver_m5":  # a 3.1.1 subscriber's delivery has none
+                self.webhooks.ignored(self.hook, "properties", "only on_deliver_m5 has them")
+            else:
+                applied = props.apply(_shown(msg), mods["properties"], b64)
+                if isinstance(applied, str):
+                    self.webhooks.invalid(self.hook, f"properties: {applied}")
+                    return out
+                new_props, ignored = applied
+                for name in ignored:
+                    self.webhooks.ignored(self.hook, f"properties.{name}", "not a message's")
+                expiry = new_props.message_expiry_interval
+                expires_at = None if expiry is None else time.time() + expiry
+                properties = replace(new_props, message_expiry_interval=None)
+        if (
+            topic is None
+            and payload is None
+            and properties is msg.properties
+            and expires_at == msg.expires_at
+        ):
+            return out
         new = replace(
             msg,
             topic=msg.topic if topic is None else topic,
             payload=msg.payload if payload is None else payload,
+            properties=properties,
+            expires_at=expires_at,
         )  # a copy: the message is shared by every subscriber it goes to
         return replace(out, message=new)
 
@@ -122,3 +141,7 @@ class DeliverHook:
         while queue and queue[0].answered:
             ex.appending -= 1
             ex.deliver_hooked(queue.popleft().out)
+
+
+def _shown(msg: Message) -> props.Properties:
+    return props.with_expiry(msg.properties, msg.expires_at, time.time())

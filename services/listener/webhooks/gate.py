@@ -29,7 +29,7 @@ from services.listener.mqtt.types import Auth, Connect, Packet, Publish, Subscri
 from services.listener.session.auth import Authorizer
 from services.listener.session.handle_auth import AuthAnswer
 from services.listener.session.messages import Message
-from services.listener.webhooks import connect
+from services.listener.webhooks import connect, props
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.spec import (
     CONTINUE_AUTHENTICATION,
@@ -115,16 +115,26 @@ class ConnectionHooks:
                 version, s.mountpoint, s.client_id, s.username, topic, pkt.qos, pkt.payload,
                 pkt.retain, b64,
             )  # fmt: skip
+            if version == 5:
+                body["properties"] = props.encode(pkt.properties, b64)
             d = await hooks.ask(hook, body)
             self.publish_qos = None
             if d.result == "ok":
                 qos = qos_modifier(d.modifiers)
+                asked = d.modifiers.get("properties", {}) if version == 5 else {}
+                rewritten = props.apply(pkt.properties, asked, b64)
                 if isinstance(qos, str):
                     hooks.invalid(hook, qos)
                     d = Decision("error", reason=qos)
+                elif isinstance(rewritten, str):
+                    hooks.invalid(hook, f"properties: {rewritten}")
+                    d = Decision("error", reason=rewritten)
                 else:
                     self.publish_qos = qos
                     self._rewrite_publish(pkt, d, b64)
+                    pkt.properties, ignored = rewritten
+                    for name in ignored:
+                        hooks.ignored(hook, f"properties.{name}", "not a message's")
                     topic = self._topic(pkt, s)
             self.publish = None if d.result == "next" else (topic, d.result == "ok")
             return pkt

@@ -12,10 +12,13 @@ past that a notification is dropped and counted rather than queued without bound
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from services.common import log
 from services.common.background import Background
+from services.listener.mqtt.types import NO_PROPERTIES, Properties
+from services.listener.webhooks import props
 from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.deliver import DeliverHook, Subscriber
 from services.listener.webhooks.spec import (
@@ -73,6 +76,8 @@ class Notifier:
         qos: int,
         payload: bytes,
         retain: bool,
+        properties: Properties = NO_PROPERTIES,
+        expires_at: float | None = None,
     ) -> None:
         hook = hook_name("on_publish", proto_ver)
         if self.webhooks.has(hook):
@@ -80,6 +85,9 @@ class Notifier:
             body = publish_body(
                 proto_ver, mountpoint, client_id, username, topic, qos, payload, retain, b64
             )
+            if proto_ver == 5:
+                shown = props.with_expiry(properties, expires_at, time.time())
+                body["properties"] = props.encode(shown, b64)
             self.send("on_publish", proto_ver, body)
 
     def subscribed(

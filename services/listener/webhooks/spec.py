@@ -258,8 +258,7 @@ def deliver_modifiers(
     mods: dict[str, Any], base64_payload: bool
 ) -> tuple[str | None, bytes | None] | str:
     """An ``on_deliver`` answer's (topic, payload), None where unchanged; or why it cannot
-    be applied. Only ``topic`` and ``payload`` are VerneMQ's (``properties`` of the _m5
-    form is not applied: see :data:`UNAPPLIED_DELIVER_MODIFIERS`)."""
+    be applied. The _m5 form's ``properties`` is read by :mod:`.props`."""
     topic = mods.get("topic")
     if topic is not None and (not isinstance(topic, str) or not _valid_topic(topic)):
         return f"topic {topic!r} in an on_deliver modifier"
@@ -270,9 +269,6 @@ def deliver_modifiers(
         except ValueError:
             return "the payload modifier is not base64"
     return topic, payload
-
-
-UNAPPLIED_DELIVER_MODIFIERS = ("properties",)
 
 
 def _valid_topic(topic: str) -> bool:
