@@ -272,7 +272,10 @@ class RegistryClient:
 async def _send(
     requests: AsyncIterator[registry_pb2.ConnectionOps], writer: asyncio.StreamWriter
 ) -> None:
-    async for ops in requests:
-        writer.write(frame(ops.SerializeToString()))
-        await writer.drain()
-    writer.write_eof()
+    try:
+        async for ops in requests:
+            writer.write(frame(ops.SerializeToString()))
+            await writer.drain()
+        writer.write_eof()
+    except ConnectionError:
+        return  # the lane broke: its reader ends and ``_lane_call`` reports it

@@ -331,14 +331,17 @@ class StoreClient:
         raise StreamBroken("stream ended by the msgstore")
 
     async def _lane_send(self, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                data = await self._next_request()
-            except StopAsyncIteration:  # failed (``_sender_error``): end our side
-                writer.write_eof()
-                return
-            writer.write(frame(data))
-            await writer.drain()
+        try:
+            while True:
+                try:
+                    data = await self._next_request()
+                except StopAsyncIteration:  # failed (``_sender_error``): end our side
+                    writer.write_eof()
+                    return
+                writer.write(frame(data))
+                await writer.drain()
+        except ConnectionError:
+            return  # the lane broke: its reader ends and ``_lane_session`` reports it
 
     def _sender_failed(self) -> Exception | None:
         """What the request side failed with. Read through a method: ``_session`` set the
