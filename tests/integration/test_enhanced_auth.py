@@ -7,10 +7,8 @@ cannot send AUTH packets); paho checks a one-round CONNACK."""
 from __future__ import annotations
 
 import base64
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -34,6 +32,7 @@ from services.listener.mqtt.types import (
 )
 from services.listener.mqtt.types import ReasonCode as R
 from tests.conformance.client import RawClient
+from tests.support.hook_server import Answer, HookServer
 from tests.support.node import Node, make_node, wait_for
 
 pytestmark = pytest.mark.integration
@@ -49,36 +48,14 @@ STEPS: dict[bytes, tuple[int, bytes]] = {
 }
 
 
-class AuthService:
+class AuthService(HookServer):
     """An ``on_auth_m5`` (and ``auth_on_register_m5``) endpoint; every call recorded."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.lock = threading.Lock()
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                hook = self.headers.get("vernemq-hook", "")
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with service.lock:
-                    service.calls.append((hook, body))
-                raw = json.dumps(service.answer(hook, body)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self, hook: str, body: dict[str, Any]) -> Answer:
+        return self.decide(hook, body), {}
 
     @staticmethod
-    def answer(hook: str, body: dict[str, Any]) -> dict[str, Any]:
+    def decide(hook: str, body: dict[str, Any]) -> dict[str, Any]:
         if hook != "on_auth_m5":
             return {"result": "next"}  # auth_on_register_m5: ternmq's rules decide
         props = body["properties"]
@@ -99,10 +76,6 @@ class AuthService:
             (h, base64.b64decode(b.get("properties", {}).get("p_authentication_data", "")))
             for h, b in calls
         ]
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _b64(data: bytes) -> str:

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.support.clients import Client
+from tests.support.hook_server import HookServer
 from tests.support.node import Node, free_port, make_node, wait_for
 
 pytestmark = pytest.mark.integration
@@ -54,36 +54,8 @@ NOTIFY = [
 ADMIN = str(Path(sys.executable).parent / "ternmq-admin")
 
 
-class HookService:
+class HookService(HookServer):
     """The user's webhook service: rules by username and topic, every call recorded."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.lock = threading.Lock()
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                hook = self.headers.get("vernemq-hook", "")
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with service.lock:
-                    service.calls.append((hook, body))
-                answer, headers = service.answer(hook, body)
-                raw = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def answer(self, hook: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         ok: dict[str, Any] = {"result": "ok"}
@@ -156,18 +128,6 @@ class HookService:
             return {"result": {"error": "bad_credentials"}}
         answer = {"p_authentication_method": "TEST", "p_authentication_data": ""}
         return {"result": "ok", "modifiers": {"reason_code": 0, "properties": answer}}
-
-    def count(self, hook: str, **match: Any) -> int:
-        with self.lock:
-            return sum(
-                1
-                for h, b in self.calls
-                if h == hook and all(b.get(k) == v for k, v in match.items())
-            )
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")
