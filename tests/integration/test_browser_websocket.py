@@ -30,20 +30,13 @@ import pytest
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Message, Request, TextMessage
 
+from tests.support.browser import headless
 from tests.support.node import Node, free_port, make_node, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "browser" / "page.html"
 BUNDLE = ROOT / "js" / "node_modules" / "mqtt" / "dist" / "mqtt.min.js"
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise AssertionError("chromium is required (the project's CI setup installs it)")
 
 
 @pytest.fixture(scope="module")
@@ -122,25 +115,13 @@ def screenshot(debug_port: int, path: Path) -> None:
 
 
 def test_mqttjs_in_headless_chromium_over_websocket(node: Node, tmp_path: Path) -> None:
-    browser = chromium()
     assert BUNDLE.is_file(), "run: npm ci --prefix tests/js"
     debug_port = free_port()
     with page_server() as (http_port, results):
         ws_url = f"ws://127.0.0.1:{node.ports['ws']}/mqtt"
         url = f"http://127.0.0.1:{http_port}/page.html?url={ws_url}&topic=browser/t"
         proc = subprocess.Popen(
-            [
-                browser,
-                "--headless=new",
-                "--no-sandbox",  # the tests run as root
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                f"--user-data-dir={tmp_path / 'profile'}",
-                f"--remote-debugging-port={debug_port}",
-                "--window-size=900,600",
-                url,
-            ],
+            headless(tmp_path / "profile", "900,600", f"--remote-debugging-port={debug_port}", url),
             stdout=subprocess.DEVNULL,
             stderr=open(tmp_path / "chromium.log", "wb"),  # noqa: SIM115 - closed with the process
             start_new_session=True,

@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from spark_pipeline.jobs import run_etl
 from spark_pipeline.report import load_report, render_html
 from spark_pipeline.synthetic import SynthConfig, generate
+from tests.support.browser import headless
 
 pytestmark = pytest.mark.spark
 START = int(datetime(2026, 11, 22, 7, 0, 5, tzinfo=UTC).timestamp()) * 10**6
@@ -46,27 +47,9 @@ document.body.appendChild(pre);
 </script>"""
 
 
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise AssertionError("chromium is required (the project's CI setup installs it)")
-
-
 def _chromium(tmp_path: Path, *args: str) -> str:
     res = subprocess.run(
-        [
-            chromium(),
-            "--headless=new",
-            "--no-sandbox",  # the tests run as root
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1360,1900",
-            *args,
-        ],
+        headless(tmp_path / "profile", "1360,1900", *args),
         capture_output=True,
         text=True,
         timeout=120,
