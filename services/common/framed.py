@@ -68,6 +68,21 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
         raise FrameError(f"stream closed inside a frame of {size} bytes") from None
 
 
+async def open_lane(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the lane at ``path``, once the service's hello came. Raises
+    ``OSError`` (nobody listens, or the service closed at once) or :class:`FrameError`."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    try:
+        hello = await read_frame(reader)
+    except BaseException:
+        writer.close()
+        raise
+    if hello is None:
+        writer.close()
+        raise ConnectionResetError(f"{path}: the service closed the lane at once")
+    return reader, writer
+
+
 async def frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     while (data := await read_frame(reader)) is not None:
         yield data

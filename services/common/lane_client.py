@@ -17,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from services.common.framed import FrameError, LaneError, frame, frames, read_frame
+from services.common.framed import FrameError, LaneError, frame, frames, open_lane
 from services.pb import common_pb2
 
-__all__ = ["LaneClient", "LaneError", "LaneUnreachable"]
+__all__ = ["LaneClient", "LaneError", "LaneUnreachable", "call_or_grpc"]
 
 
 class LaneUnreachable(LaneError):
@@ -81,10 +83,7 @@ class LaneClient:
         async with self._opening:
             if self._writer is None or self._writer.is_closing():
                 try:
-                    reader, writer = await asyncio.open_unix_connection(self.path)
-                    if await read_frame(reader) is None:
-                        writer.close()
-                        raise ConnectionResetError("closed at once")
+                    reader, writer = await open_lane(self.path)
                 except (OSError, FrameError) as exc:
                     raise LaneUnreachable("UNAVAILABLE", f"{self.path}: {exc}") from None
                 self._writer = writer
@@ -112,3 +111,20 @@ class LaneClient:
         for answer in self._pending.values():
             if not answer.done():
                 answer.set_exception(LaneError("UNAVAILABLE", reason))
+
+
+async def call_or_grpc(
+    lane: LaneClient | None,
+    method: str,
+    request: Message,
+    timeout: float,
+    grpc_call: Callable[[], Awaitable[Any]],
+) -> Any:
+    """``method`` over ``lane``, or over gRPC (``grpc_call``) when there is no lane or
+    nobody listens on it. Raises ``LaneError`` or ``grpc.aio.AioRpcError``."""
+    if lane is not None:
+        try:
+            return await lane.call(method, request, timeout)
+        except LaneUnreachable:
+            pass  # not listening (restarting, or gRPC only): gRPC waits for it
+    return await grpc_call()

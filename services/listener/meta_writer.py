@@ -22,7 +22,7 @@ import grpc
 
 from services.common import log
 from services.common.grpcutil import rpc_failed, rpc_failed_as
-from services.common.lane_client import LaneClient, LaneError, LaneUnreachable
+from services.common.lane_client import LaneClient, LaneError, call_or_grpc
 from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.routing.model import SubOptions
@@ -98,13 +98,10 @@ class MetaWriter:
         return asyncio.ensure_future(self._send(gossip_pb2.PutRequest(ops=[op])))
 
     async def _send(self, request: gossip_pb2.PutRequest) -> None:
-        if self.lane is not None:
-            try:
-                await self.lane.call("Put", request, PUT_TIMEOUT)
-                return
-            except LaneUnreachable:
-                pass  # not listening (restarting): gRPC waits for it
-        await self.gossip.Put(request, timeout=PUT_TIMEOUT)
+        put = self.gossip.Put
+        await call_or_grpc(
+            self.lane, "Put", request, PUT_TIMEOUT, lambda: put(request, timeout=PUT_TIMEOUT)
+        )
 
 
 def log_put_failure(fut: asyncio.Future[Any]) -> None:

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from google.protobuf.message import DecodeError
 
-from services.common.framed import FrameError, frame, frames, read_frame
+from services.common.framed import FrameError, frame, frames, open_lane
 from services.common.grpcutil import Pacer, rpc_failed_as
 from services.pb import registry_pb2, registry_pb2_grpc
 
@@ -238,13 +238,11 @@ class RegistryClient:
     ) -> None:
         """The same stream over the registry's unix socket (``services.common.framed``)."""
         try:
-            reader, writer = await asyncio.open_unix_connection(path)
-        except OSError as exc:
-            raise RegistryUnavailable("UNAVAILABLE", f"{path}: {exc.strerror or exc}") from None
+            reader, writer = await open_lane(path)  # the registry's hello: the stream is up
+        except (OSError, FrameError) as exc:
+            raise RegistryUnavailable("UNAVAILABLE", f"{path}: {exc}") from None
         sending: asyncio.Task[None] | None = None
         try:
-            if await read_frame(reader) is None:  # the registry's hello: the stream is up
-                raise RegistryUnavailable("UNAVAILABLE", "the registry closed the stream at once")
             self.connected.set()
             sending = asyncio.create_task(_send(requests, writer), name="registry-lane-send")
             async for data in frames(reader):

@@ -38,9 +38,9 @@ from typing import Final
 import grpc
 from google.protobuf.message import DecodeError
 
-from services.common.framed import FrameError, frame, frames, read_frame
+from services.common.framed import FrameError, frame, frames, open_lane
 from services.common.grpcutil import rpc_failed_as
-from services.common.lane_client import LaneClient, LaneUnreachable
+from services.common.lane_client import LaneClient, call_or_grpc
 from services.listener import convert
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
@@ -306,13 +306,11 @@ class StoreClient:
     async def _lane_session(self, path: str) -> None:
         """The same stream over the msgstore's unix socket (``services.common.framed``)."""
         try:
-            reader, writer = await asyncio.open_unix_connection(path)
-        except OSError as exc:
-            raise StreamBroken(f"{path}: {exc.strerror or exc}") from None
+            reader, writer = await open_lane(path)  # the msgstore's hello: the stream is up
+        except (OSError, FrameError) as exc:
+            raise StreamBroken(f"{path}: {exc}") from None
         sender: asyncio.Task[None] | None = None
         try:
-            if await read_frame(reader) is None:  # the msgstore's hello: the stream is up
-                raise StreamBroken("the msgstore closed the stream at once")
             self.connected.set()
             if self._open.ops or self._sealed:  # written while the stream was down
                 self._wakeup.set()
@@ -428,16 +426,11 @@ class StoreClient:
             after_seq=after_seq,
             max_entries=max_entries,
         )
-        calls = self.calls
-        if calls is not None:
-            try:
-                answer = await calls.call("Read", request, READ_TIMEOUT)
-            except LaneUnreachable:
-                pass  # not listening (restarting): gRPC waits for it
-            else:
-                assert isinstance(answer, msgstore_pb2.ReadReply)
-                return answer
-        reply: msgstore_pb2.ReadReply = await self.stub.Read(request, timeout=READ_TIMEOUT)
+        read = self.stub.Read
+        reply = await call_or_grpc(
+            self.calls, "Read", request, READ_TIMEOUT, lambda: read(request, timeout=READ_TIMEOUT)
+        )
+        assert isinstance(reply, msgstore_pb2.ReadReply)
         return reply
 
 

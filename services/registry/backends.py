@@ -19,7 +19,7 @@ import grpc
 
 from services.common.framed import CALL_LANE, socket_path
 from services.common.grpcutil import CHANNEL_OPTIONS, rpc_failed_as
-from services.common.lane_client import LaneClient, LaneError, LaneUnreachable
+from services.common.lane_client import LaneClient, LaneError, call_or_grpc
 from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
 from services.registry.records import SUBS_PREFIX, pb_key
@@ -86,16 +86,19 @@ class Backends:
     async def _call(
         self, target: str, method: str, fn: Callable[..., Awaitable[T]], request: Any
     ) -> T:
-        lane = self._lanes.get(target)
-        if lane is not None:
-            try:
-                return cast(T, await lane.call(method, request, self.timeout))
-            except LaneUnreachable:
-                pass  # not listening (restarting, or gRPC only): gRPC waits for it
-            except LaneError as exc:
-                raise _logged(BackendError(target, method, exc.code, exc.details)) from None
         try:
-            return await fn(request, timeout=self.timeout, wait_for_ready=True)
+            return cast(
+                T,
+                await call_or_grpc(
+                    self._lanes.get(target),
+                    method,
+                    request,
+                    self.timeout,
+                    lambda: fn(request, timeout=self.timeout, wait_for_ready=True),
+                ),
+            )
+        except LaneError as exc:
+            err = BackendError(target, method, exc.code, exc.details)
         except grpc.aio.AioRpcError as exc:
             err = BackendError(target, method, exc.code().name, exc.details() or "")
         raise _logged(err)
