@@ -29,7 +29,7 @@ import pytest
 
 from services.listener.mqtt.types import Connack, Connect, Puback, Publish
 from tests.conformance.client import RawClient, protocol_name
-from tests.support.clients import Client, Received
+from tests.support.clients import Client, Received, connect_until_accepted
 from tests.support.netns import MQTT_PORT, NsCluster, NsNode, available, ns_cluster
 from tests.support.node import wait_for
 
@@ -94,15 +94,7 @@ def _raw(node: NsNode, cid: str) -> RawClient:
 def _until_accepted(node: NsNode, cid: str) -> Client:
     """Connect ``cid`` (clean start 0) on ``node``, again after a refusal (0x88: its
     claim may race the queue's failover) until accepted."""
-    deadline = time.monotonic() + BOUND
-    while True:
-        c = _subscriber(node, cid)
-        c.connect(expect_ok=False)
-        if not c.reason_code.is_failure:
-            return c
-        c.disconnect()
-        assert time.monotonic() < deadline, f"{cid} refused on {node.name}: {c.reason_code}"
-        time.sleep(0.5)
+    return connect_until_accepted(lambda: _subscriber(node, cid), BOUND, 0.5)
 
 
 def _take(c: Client, want: set[str]) -> list[Received]:

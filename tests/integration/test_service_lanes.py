@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from services.common.framed import HELLO
-from tests.support.clients import Client
+from tests.support.clients import Client, connect_until_accepted
 from tests.support.node import Node, make_node, wait_for
 
 
@@ -49,15 +49,9 @@ def _queue_one(node: Node, client_id: str, topic: str, payload: bytes) -> None:
 
 
 def _connect_until_accepted(node: Node, client_id: str) -> Client:
-    deadline = time.monotonic() + 30
-    while True:
-        client = Client(client_id, node.mqtt_port, clean=False, reconnect=False)
-        client.connect(expect_ok=False)
-        if not client.reason_code.is_failure:
-            return client
-        client.disconnect()
-        assert time.monotonic() < deadline, f"{client_id}: refused for 30 s: {client.reason_code}"
-        time.sleep(0.2)
+    return connect_until_accepted(
+        lambda: Client(client_id, node.mqtt_port, clean=False, reconnect=False), 30, 0.2
+    )
 
 
 def _publish_until_stored(node: Node, topic: str) -> bytes:

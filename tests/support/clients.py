@@ -5,6 +5,8 @@ from __future__ import annotations
 import queue
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,3 +243,19 @@ def mosquitto_sub_once(
 
 
 __all__ = ["Client", "Received", "mosquitto_pub", "mosquitto_sub_once", "wait_for"]
+
+
+def connect_until_accepted(make: Callable[[], Client], bound: float, pause: float) -> Client:
+    """A client from ``make``, connected: again after each refusal (such as 0x88 while a
+    service or a queue's owner is coming back), until accepted or ``bound`` s passed."""
+    deadline = time.monotonic() + bound
+    while True:
+        client = make()
+        client.connect(expect_ok=False)
+        if not client.reason_code.is_failure:
+            return client
+        client.disconnect()
+        assert time.monotonic() < deadline, (
+            f"{client.client_id}: refused for {bound:g} s: {client.reason_code}"
+        )
+        time.sleep(pause)
