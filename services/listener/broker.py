@@ -48,6 +48,7 @@ from services.listener.config import ListenerSettings
 from services.listener.flow import FlowLimits, FlowParty, flow_limits, hold_back
 from services.listener.forward.receiver import StreamParty
 from services.listener.forward.sender import Copy, Forwarder
+from services.listener.forward.wire import ForwardedIn, read_forwarded
 from services.listener.lifecycle import Lifecycle
 from services.listener.meta_writer import MetaWriter, log_put_failure
 from services.listener.metrics import RoutingMetrics
@@ -345,8 +346,7 @@ class Broker:
     def _forward_lost(self, node: str, copy: Copy, reason: str) -> None:
         """A shared group's copy for a member on ``node`` did not reach it, or may have
         died there with the node: another member gets it."""
-        item = forward_pb2.Forwarded.FromString(copy.body)
-        msg = convert.message_from_pb(item.message)
+        msg = read_forwarded(copy.body, 0, len(copy.body)).message
         sid = (copy.mountpoint, copy.client_id)
         self._reshare(msg, copy.share, copy.excluded | {sid}, sid, reason)
 
@@ -376,7 +376,7 @@ class Broker:
 
     def accept_forwarded(
         self,
-        item: forward_pb2.Forwarded,
+        item: ForwardedIn,
         done: Callable[[str | None], None],
         settle: Callable[[str | None], None] | None,
         stream: FlowParty,
@@ -388,8 +388,8 @@ class Broker:
         acknowledged or lost it; a congested subscriber holds the ``stream`` back as it
         would a local publisher."""
         key = (item.mountpoint, item.client_id)
-        msg = convert.message_from_pb(item.message)
-        qos, retain, sub_ids = item.qos, item.retain, tuple(item.sub_ids)
+        msg = item.message
+        qos, retain, sub_ids = item.qos, item.retain, item.sub_ids
         target = self.sessions.get(key)
         if qos and target is not None and target.backlog() >= self.stream_high:
             hold_back(cast(FlowParty, target), stream, asyncio.get_running_loop())
@@ -623,7 +623,7 @@ class Broker:
                 if new and new != self.router.node:
                     self.forwarder.forward(new, copy)
                 else:
-                    item = forward_pb2.Forwarded.FromString(copy.body)
+                    item = read_forwarded(copy.body, 0, len(copy.body))
                     self.accept_forwarded(item, _waiter_done(copy), None, self._rehomed_party)
             log.emit("forward.rerouted", "info", from_node=old, copies=len(copies))
 

@@ -143,14 +143,27 @@ def subs_from_pb(value: bytes) -> dict[str, SubOptions]:
 _SMALL: Final = [bytes((i,)) for i in range(0x80)]
 
 
+# Two-byte varints (128 to 2047): the lengths of most copies, entries and batches'
+# items. Built once; ``bytes((a, b))`` per call went through a generic constructor call.
+_PAIRS: Final = [bytes(((i & 0x7F) | 0x80, i >> 7)) if i >= 0x80 else b"" for i in range(0x800)]
+_SEVEN: Final = 1 << 49  # values from here on (µs timestamps) take eight bytes or more
+_LOW49: Final = _SEVEN - 1
+
+
 def varint(n: int) -> bytes:
     """Base-128 varint of an unsigned integer."""
     if n < 0x80:
         if n < 0:
             raise ValueError(f"varint of a negative number: {n}")
         return _SMALL[n]
-    if n < 0x4000:  # lengths of most entries
+    if n < 0x800:
+        return _PAIRS[n]
+    if n < 0x4000:
         return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if n >= _SEVEN:
+        # Seven bytes, then the rest: one gathered int of eight bytes or more would
+        # exceed what a compiled module keeps unboxed, and take the bignum path.
+        return _gathered(n & _LOW49, 7) + varint(n >> 49)
     # Gathered in an int written out once: a quarter of a bytearray's cost compiled
     acc = 0
     shift = 0
@@ -160,6 +173,17 @@ def varint(n: int) -> bytes:
         n >>= 7
     acc |= n << shift
     return acc.to_bytes((shift >> 3) + 1, "little")
+
+
+def _gathered(n: int, count: int) -> bytes:
+    """The low ``count`` seven-bit groups of ``n``, each with its continuation bit."""
+    acc = 0
+    shift = 0
+    for _ in range(count):
+        acc |= ((n & 0x7F) | 0x80) << shift
+        shift += 8
+        n >>= 7
+    return acc.to_bytes(count, "little")
 
 
 def _field(tag: bytes, data: bytes) -> bytes:

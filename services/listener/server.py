@@ -50,6 +50,7 @@ from services.listener.config import (
     ws_listeners,
 )
 from services.listener.connection import Connection
+from services.listener.forward import receiver as forward_receiver
 from services.listener.forward.receiver import ForwardServicer
 from services.listener.gate import ConnectionGate
 from services.listener.metrics import ListenerMetrics
@@ -62,7 +63,6 @@ from services.listener.websocket import PATH, WsProtocol
 from services.pb import (
     common_pb2_grpc,
     forward_pb2,
-    forward_pb2_grpc,
     gossip_pb2,
     gossip_pb2_grpc,
     msgstore_pb2,
@@ -159,7 +159,7 @@ async def _start_forwarding(
     ``cluster.forward_listen``, and tell the cluster where (gossip prefix ``listeners``,
     keyed by this process's route), before any client can connect."""
     peers = peer_channel.create_server(settings.cookie)
-    forward_pb2_grpc.add_ForwardServicer_to_server(
+    forward_receiver.add_to_server(
         ForwardServicer(broker.accept_forwarded, broker.forwarder.incarnation), peers
     )
     address = processes.forward_address(settings.forward_listen, index)

@@ -4,7 +4,7 @@ generated protobuf classes: same bytes as ``SerializeToString``, same message wh
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from services.listener import convert
@@ -21,6 +21,12 @@ def _key(mountpoint: str, client_id: str) -> common_pb2.SessionKey:
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1))
+@example(0x7FF)  # the last of the two-byte table
+@example(0x800)
+@example(2**49 - 1)  # the last seven-byte varint gathered whole
+@example(2**49)  # from here on, in two parts
+@example(2**62)  # past what a compiled module keeps unboxed
+@example(2**64 - 1)
 def test_varint_matches_protobuf(n: int) -> None:
     pb = msgstore_pb2.Ack(delivered_upto=n)  # uint64, field 4
     assert (b"\x20" + convert.varint(n) if n else b"") == pb.SerializeToString()

@@ -13,17 +13,17 @@ from functools import partial
 
 from services.listener.flow import FlowParty
 from services.listener.forward.inbox import Inbox
-from services.pb import forward_pb2
+from services.listener.forward.wire import ForwardedIn
 
 Done = Callable[[str | None], None]  # None: delivered or queued; else why it failed
 # (copy, done, settle, stream): ``settle``, for a shared group's copy only, hears its
 # member's outcome later (None: acknowledged; else why it lost the copy)
-Accept = Callable[[forward_pb2.Forwarded, Done, Done | None, FlowParty], None]
+Accept = Callable[[ForwardedIn, Done, Done | None, FlowParty], None]
 Wakes = dict[tuple[str, int], asyncio.Event]
 
 
 def intake(
-    items: Iterable[forward_pb2.Forwarded],
+    items: Iterable[ForwardedIn],
     inbox: Inbox,
     accept: Accept,
     party: FlowParty,
@@ -36,7 +36,7 @@ def intake(
     inbox.taking = True  # the caller wakes the stream once the batch is taken
     try:
         for item in items:
-            seq: int = item.seq
+            seq = item.seq
             if not inbox.accept(seq):
                 resent += 1
                 continue

@@ -19,12 +19,16 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
+
 from services.listener.flow import FlowState
 from services.listener.forward.inbox import Inbox
 from services.listener.forward.intake import Accept, intake
+from services.listener.forward.wire import read_batch
 from services.pb import forward_pb2, forward_pb2_grpc
 
 MAX_OUTSTANDING = 10_000
+SERVICE = "ternmq.forward.Forward"
 RUN_KEY = "ternmq-run"  # initial metadata: this listener's incarnation
 IDLE_INBOX_S = 300.0  # an inbox no stream used for this long is forgotten
 
@@ -60,7 +64,7 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
         self.resent = 0
 
     async def Stream(
-        self, request_iterator: AsyncIterator[forward_pb2.ForwardBatch], context: Any
+        self, request_iterator: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[forward_pb2.ForwardAck]:
         # the sender knows the stream is up, and which run of this listener it reached
         await context.send_initial_metadata(((RUN_KEY, str(self.incarnation)),))
@@ -96,12 +100,13 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
 
     async def _read(
         self,
-        batches: AsyncIterator[forward_pb2.ForwardBatch],
+        batches: AsyncIterator[bytes],
         wake: asyncio.Event,
         attached: list[tuple[str, int]],
         party: StreamParty,
     ) -> None:
-        async for batch in batches:
+        async for raw in batches:
+            batch = read_batch(raw)
             key = (batch.sender, batch.incarnation)
             inbox = self.inboxes.get(key)
             if inbox is None:
@@ -130,3 +135,18 @@ class ForwardServicer(forward_pb2_grpc.ForwardServicer):  # type: ignore[misc]
         for key in [k for k, box in self.inboxes.items() if box.last_seen < horizon]:
             del self.inboxes[key]
             self._wakes.pop(key, None)
+
+
+def add_to_server(servicer: ForwardServicer, server: grpc.aio.Server) -> None:
+    """``Forward`` served with its batches left as bytes (no request deserializer): they
+    are read by hand (``wire.read_batch``), as the sender writes them."""
+    handlers = {
+        "Stream": grpc.stream_stream_rpc_method_handler(
+            servicer.Stream,
+            request_deserializer=None,
+            response_serializer=forward_pb2.ForwardAck.SerializeToString,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    # as the generated ``add_ForwardServicer_to_server`` does (missing from the stubs)
+    server.add_registered_method_handlers(SERVICE, handlers)  # type: ignore[attr-defined]
