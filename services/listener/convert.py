@@ -232,6 +232,10 @@ def message_field(msg: Message, node: str) -> bytes:
     return b"".join(parts)
 
 
+# origin_node, once per node name (one or two per process) rather than once per message
+_NODE_FIELDS: Final[dict[str, bytes]] = {}
+
+
 def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
     """``parts`` with the message's fields appended as protobuf writes them: in field
     number order, a zero, empty or unset value left out (``payload_format`` is optional:
@@ -252,7 +256,10 @@ def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
     if msg.publisher:
         _put(parts, b"\x3a", msg.publisher.encode())
     if node:
-        _put(parts, b"\x42", node.encode())
+        field = _NODE_FIELDS.get(node)
+        if field is None:
+            field = _NODE_FIELDS[node] = _field(b"\x42", node.encode())
+        parts.append(field)
     published_us = int(msg.published_at * _US)
     if published_us:
         parts.append(b"\x48")
