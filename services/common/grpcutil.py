@@ -17,6 +17,7 @@ import grpc
 
 from services.common import log
 from services.common.config import Config
+from services.common.framed import LaneError
 from services.common.metrics import MetricsRegistry, SampleValue
 from services.pb import common_pb2, common_pb2_grpc
 
@@ -129,9 +130,23 @@ def samples_from_pb(reply: common_pb2.MetricsReply) -> list[SampleValue]:
     return [SampleValue(s.name, dict(s.labels), s.value, s.kind, s.help) for s in reply.samples]
 
 
-def rpc_failed(target: str, method: str, exc: grpc.aio.AioRpcError, level: str = "warning") -> None:
+CallFailed = (grpc.aio.AioRpcError, LaneError)
+"""What a call to a sibling service raises when it fails, over gRPC or a local lane."""
+
+
+def status_of(exc: grpc.aio.AioRpcError | LaneError) -> tuple[str, str]:
+    """A failed call's status code name and details, whichever transport carried it."""
+    if isinstance(exc, LaneError):
+        return exc.code, exc.details
+    return exc.code().name, exc.details() or ""
+
+
+def rpc_failed(
+    target: str, method: str, exc: grpc.aio.AioRpcError | LaneError, level: str = "warning"
+) -> None:
     """Log a failed call to a sibling service as the catalogue's ``rpc.failed``."""
-    rpc_failed_as(target, method, exc.code().name, str(exc.details()), level)
+    code, details = status_of(exc)
+    rpc_failed_as(target, method, code, details, level)
 
 
 def rpc_failed_as(target: str, method: str, code: str, reason: str, level: str = "warning") -> None:

@@ -21,10 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-
-from services.common.grpcutil import rpc_failed, rpc_failed_as
-from services.common.lane_client import LaneError
+from services.common.grpcutil import CallFailed, rpc_failed, rpc_failed_as
 from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.meta_writer import MetaWriter
@@ -206,12 +203,8 @@ class Lifecycle:
                     after = entry.seq
                 if len(reply.entries) < READ_PAGE:
                     break
-        except grpc.aio.AioRpcError as exc:
+        except CallFailed as exc:
             rpc_failed("msgstore", "Read", exc, "error")
-            conn.fail(ReasonCode.SERVER_UNAVAILABLE, "queue unreadable")
-            return
-        except LaneError as exc:
-            rpc_failed_as("msgstore", "Read", exc.code, exc.details, "error")
             conn.fail(ReasonCode.SERVER_UNAVAILABLE, "queue unreadable")
             return
         conn.resume(queued, inbound, pubrel)

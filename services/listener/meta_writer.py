@@ -18,11 +18,9 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-import grpc
-
 from services.common import log
-from services.common.grpcutil import rpc_failed, rpc_failed_as
-from services.common.lane_client import LaneClient, LaneError, call_or_grpc
+from services.common.grpcutil import CallFailed, rpc_failed
+from services.common.lane_client import LaneClient, call_or_grpc
 from services.common.session_key import SessionKey
 from services.listener import convert
 from services.listener.routing.model import SubOptions
@@ -73,11 +71,8 @@ class MetaWriter:
     ) -> bool:
         try:
             await self._send(gossip_pb2.PutRequest(ops=[op]))
-        except grpc.aio.AioRpcError as exc:
+        except CallFailed as exc:
             rpc_failed("gossip", "Put", exc, "error")
-            return False
-        except LaneError as exc:
-            rpc_failed_as("gossip", "Put", exc.code, exc.details, "error")
             return False
         finally:
             done.set_result(None)
@@ -108,9 +103,7 @@ def log_put_failure(fut: asyncio.Future[Any]) -> None:
     if fut.cancelled():
         return
     exc = fut.exception()
-    if isinstance(exc, grpc.aio.AioRpcError):
+    if isinstance(exc, CallFailed):
         rpc_failed("gossip", "Put", exc, "error")
-    elif isinstance(exc, LaneError):
-        rpc_failed_as("gossip", "Put", exc.code, exc.details, "error")
     elif exc is not None:
         raise exc

@@ -18,8 +18,8 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from services.common.framed import CALL_LANE, socket_path
-from services.common.grpcutil import CHANNEL_OPTIONS, rpc_failed_as
-from services.common.lane_client import LaneClient, LaneError, call_or_grpc
+from services.common.grpcutil import CHANNEL_OPTIONS, CallFailed, rpc_failed_as, status_of
+from services.common.lane_client import LaneClient, call_or_grpc
 from services.common.session_key import SessionKey
 from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2, msgstore_pb2_grpc
 from services.registry.records import SUBS_PREFIX, pb_key
@@ -97,10 +97,8 @@ class Backends:
                     lambda: fn(request, timeout=self.timeout, wait_for_ready=True),
                 ),
             )
-        except LaneError as exc:
-            err = BackendError(target, method, exc.code, exc.details)
-        except grpc.aio.AioRpcError as exc:
-            err = BackendError(target, method, exc.code().name, exc.details() or "")
+        except CallFailed as exc:
+            err = BackendError(target, method, *status_of(exc))
         raise _logged(err)
 
     def _refuse(self, method: str, state: msgstore_pb2.QueueState) -> BackendError:
