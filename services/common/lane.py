@@ -30,6 +30,9 @@ Call = Callable[[AsyncIterator[bytes], Any], AsyncIterator[Any]]
 """The servicer's stream method: raw request frames and a context in, messages out."""
 
 
+IN_FLIGHT = 1024  # calls of one caller running at once on a call lane
+
+
 class LaneContext:
     """What the servicers' stream methods use of a gRPC context."""
 
@@ -140,16 +143,26 @@ class CallLane(_Served):
     """A service's unary methods on a unix socket: each ``LaneCall`` frame runs as its own
     task (as gRPC runs each call) and is answered by a ``LaneReply`` frame with its id."""
 
-    def __init__(self, path: str, handlers: dict[str, Handler], target: str) -> None:
+    def __init__(
+        self, path: str, handlers: dict[str, Handler], target: str, in_flight: int = IN_FLIGHT
+    ) -> None:
         super().__init__(path, target, "lane")
         self.handlers = handlers
+        self.in_flight = in_flight
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A caller that stops reading its answers is not read from either: at most
+        # ``in_flight`` of its calls run at once, and none starts while its unread answers
+        # are over the socket's write limit. Its answers stay bounded in this service.
+        slots = asyncio.Semaphore(self.in_flight)
         async for data in frames(reader):
             call = common_pb2.LaneCall.FromString(data)
+            await slots.acquire()
+            await writer.drain()
             task = asyncio.create_task(self._run(call, writer))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(lambda _t: slots.release())
 
     async def _run(self, call: common_pb2.LaneCall, writer: asyncio.StreamWriter) -> None:
         reply = common_pb2.LaneReply(id=call.id, code="OK")

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
+from services.common.framed import frame, read_frame
 from services.common.lane import CallLane, unary_handlers
 from services.common.lane_client import LaneClient, LaneError, LaneUnreachable
 from services.pb import common_pb2, msgstore_pb2
@@ -20,11 +21,19 @@ from services.pb import common_pb2, msgstore_pb2
 SERVICE = msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"]
 
 
+BIG = 64 * 1024  # the payload of a reply to after_seq 5
+
+
 class _Servicer:
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.big = 0  # calls answered with a BIG reply
 
     async def Read(self, request: msgstore_pb2.ReadRequest, context: Any) -> msgstore_pb2.ReadReply:
+        if request.after_seq == 5:
+            self.big += 1
+            delivery = common_pb2.Delivery(msg=common_pb2.MqttMessage(payload=b"x" * BIG))
+            return msgstore_pb2.ReadReply(entries=[msgstore_pb2.QueueEntry(delivery=delivery)])
         if request.after_seq == 1:  # the slow one: answered after the fast one
             await self.release.wait()
         if request.after_seq == 2:
@@ -40,11 +49,11 @@ class _Servicer:
         raise NotImplementedError  # as a generated base class's method does
 
 
-def _run(tmp_path: Path, body: Any) -> None:
+def _run(tmp_path: Path, body: Any, **lane_args: Any) -> None:
     async def main() -> None:
         path = str(tmp_path / "svc.call.sock")
         servicer = _Servicer()
-        lane = CallLane(path, unary_handlers(servicer, SERVICE), "msgstore")
+        lane = CallLane(path, unary_handlers(servicer, SERVICE), "msgstore", **lane_args)
         await lane.start()
         client = LaneClient(path, SERVICE)
         try:
@@ -112,3 +121,40 @@ def test_a_lane_that_breaks_fails_its_calls_and_one_nobody_serves_is_unreachable
         assert isinstance(ok, msgstore_pb2.ReadReply)
 
     _run(tmp_path, body)
+
+
+def test_a_caller_that_stops_reading_its_answers_is_not_read_from(tmp_path: Path) -> None:
+    """Replies wait in the service's buffers only up to its write limit: past it, the
+    lane stops taking calls from that caller until it reads, so a stuck caller cannot
+    make a service buffer without bound. Once it reads, every call is answered."""
+
+    async def body(lane: CallLane, client: LaneClient, servicer: _Servicer) -> None:
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "svc.call.sock"))
+        try:
+            await _stuck_then_reading(reader, writer, servicer)
+        finally:
+            writer.close()
+
+    async def _stuck_then_reading(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, servicer: _Servicer
+    ) -> None:
+        assert await read_frame(reader) == b""  # the hello
+        calls = 400  # 25 MiB of answers
+        request = _read(5).SerializeToString()
+        for i in range(1, calls + 1):
+            writer.write(
+                frame(common_pb2.LaneCall(id=i, method="Read", body=request).SerializeToString())
+            )
+        await writer.drain()
+        await asyncio.sleep(1.0)  # time enough to answer them all, were nothing holding it
+        assert 0 < servicer.big < calls // 4, servicer.big
+        got = 0
+        while got < calls:
+            data = await asyncio.wait_for(read_frame(reader), 30)
+            assert data is not None
+            reply = common_pb2.LaneReply.FromString(data)
+            assert reply.code == "OK", reply.details
+            got += 1
+        assert servicer.big == calls
+
+    _run(tmp_path, body, in_flight=16)
