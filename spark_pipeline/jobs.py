@@ -318,7 +318,7 @@ def _run(
             f"parsed {sum(c.events for c in plan.new)} new events, {stats['events']} in all, "
             f"{stats['corrupt_lines']} corrupt lines"
         )
-        events = _keep(staging.staged_events(session, out, state.chunks, columns))
+        events = staging.staged_events(session, out, state.chunks, columns)
         exp_df = None if expectations is None else expectations_frame(session, expectations)
         builders = table_builders(events.drop("_date"), exp_df, _keep)
         dates = plan.affected_dates
