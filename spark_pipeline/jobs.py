@@ -49,6 +49,10 @@ HEAVY: Final = frozenset({"delivery_audit", "sessions"})
 # two: the audit's stages already keep both cores busy), and hold more memory at once.
 WRITERS: Final = 1
 SHUFFLE_PARTITIONS: Final = "spark.sql.shuffle.partitions"
+# Set for the run, restored after. The audit's inputs are all partitioned by message;
+# a join on (message, subscriber) may keep that partitioning instead of shuffling both
+# sides again by the two keys.
+PLAN_CONF: Final = {"spark.sql.requireAllClusterKeysForCoPartition": "false"}
 BYTES_PER_PARTITION: Final = 256 * 2**20
 MAX_PARTITIONS: Final = 2000
 # Rows of these tables depend only on the lines of their own UTC date.
@@ -288,12 +292,17 @@ def _run(
     new_bytes = sum(c.end - c.start for c in plan.new)
     size = sum(c.end - c.start for c in state.chunks.values())
     cores = session.sparkContext.defaultParallelism
-    partitions_before = session.conf.get(SHUFFLE_PARTITIONS)
-    session.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(size, cores)))
+    run_conf = {**PLAN_CONF, SHUFFLE_PARTITIONS: str(shuffle_partitions(size, cores))}
+    conf_before = {k: session.conf.get(k, None) for k in run_conf}
+    for key, value in run_conf.items():
+        session.conf.set(key, value)
     kept: list[DataFrame] = []
 
     def _keep(df: DataFrame) -> DataFrame:
+        """Persist ``df`` and compute it now: a plan reading a cache not yet computed
+        cannot see its partitioning, and would shuffle it again."""
         kept.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        df.count()
         return df
 
     try:
@@ -349,8 +358,11 @@ def _run(
     finally:
         for df in kept:
             df.unpersist()
-        if partitions_before is not None:
-            session.conf.set(SHUFFLE_PARTITIONS, partitions_before)
+        for key, before in conf_before.items():
+            if before is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, before)
         if own:
             session.stop()
     result: dict[str, Any] = {k: int(row[k]) for k in audit.SUMMARY_COLUMNS}
