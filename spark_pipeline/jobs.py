@@ -45,6 +45,8 @@ Steps = Callable[[int, int, str], None]
 Builders = dict[str, Callable[[], DataFrame]]
 # Tables whose jobs take longest; started first so that the small ones fill idle cores.
 HEAVY: Final = frozenset({"delivery_audit", "sessions"})
+# Tables too big to write from one task (see ``write_table``).
+SPREAD: Final = frozenset({"delivery_audit"})
 # Two writers measured no faster at 5M events on 2 cores (147.6 s with one, 159.8 s with
 # two: the audit's stages already keep both cores busy), and hold more memory at once.
 WRITERS: Final = 1
@@ -108,8 +110,13 @@ def shuffle_partitions(input_bytes: int, cores: int) -> int:
     return min(MAX_PARTITIONS, math.ceil(wanted / cores) * cores)
 
 
-def write_table(df: DataFrame, path: Path, partition_by: Sequence[str]) -> None:
+def write_table(
+    df: DataFrame, path: Path, partition_by: Sequence[str], spread: bool = False
+) -> None:
     """Overwrite ``path`` with ``df``: one file per partition value, or one file.
+
+    ``spread`` keeps ``df``'s own partitions instead (a file per task and value): one
+    task writing a big table alone leaves the other cores idle.
 
     A partitioned table with no rows is written unpartitioned, as one empty file that
     carries the schema: partitioned, Spark writes no data file at all, and the table could
@@ -117,7 +124,8 @@ def write_table(df: DataFrame, path: Path, partition_by: Sequence[str]) -> None:
     QoS >= 1 traffic has such tables.
     """
     if partition_by:
-        out = df.repartition(*partition_by).write.mode("overwrite").partitionBy(*partition_by)
+        frame = df if spread else df.repartition(*partition_by)
+        out = frame.write.mode("overwrite").partitionBy(*partition_by)
         out.parquet(str(path))
         if not any(path.rglob("*.parquet")):
             df.limit(0).coalesce(1).write.mode("overwrite").parquet(str(path))
@@ -179,7 +187,8 @@ def write_tables(
             merger(spec)
             verb = "merged"
         else:
-            write_table(builders[spec.name](), out / spec.name, spec.partition_by)
+            spread = spec.name in SPREAD
+            write_table(builders[spec.name](), out / spec.name, spec.partition_by, spread)
             verb = "written"
         with lock:
             done += 1

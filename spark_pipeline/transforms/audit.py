@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_pipeline.transforms.common import count_if, day, in_line_order, of_event
+from spark_pipeline.transforms.common import LK_FIELDS, count_if, day, in_line_order, of_event
 
 PAIR = ["msg_id", "subscriber"]
 # What a pair takes from its message (first publish line, refusal) and its acknowledgement.
@@ -89,8 +89,12 @@ def publisher_order(events: DataFrame) -> DataFrame:
 
 
 def delivery_pairs(events: DataFrame) -> DataFrame:
-    """Per (message, subscriber): deliveries, DUP-flagged ones, first/last, max QoS."""
-    return (
+    """Per (message, subscriber): deliveries, DUP-flagged ones, first/last, max QoS.
+
+    The first delivery's line key comes out as four columns (``_first_ts`` …): a job
+    caches this frame, and Spark caches a struct column far more slowly than flat ones.
+    """
+    agg = (
         by_message(
             of_event(events, "message.delivered").where(
                 F.col("msg_id").isNotNull() & F.col("client_id").isNotNull()
@@ -107,6 +111,8 @@ def delivery_pairs(events: DataFrame) -> DataFrame:
             F.min("topic").alias("_d_topic"),
         )
     )
+    first = [F.col(f"_first.{f}").alias(f"_first_{f}") for f in LK_FIELDS]
+    return agg.select(*[c for c in agg.columns if c != "_first"], *first)
 
 
 def acks(events: DataFrame) -> DataFrame:
@@ -240,6 +246,7 @@ def delivery_audit(
     )
     delivered = F.coalesce(F.col("deliveries"), F.lit(0)) > 0
     published = F.col("pub_seq").isNotNull()
+    first = [f"_first_{f}" for f in LK_FIELDS]
     rows = rows.select(
         "msg_id",
         "subscriber",
@@ -254,19 +261,19 @@ def delivery_audit(
         delivered.alias("delivered"),
         F.coalesce(F.col("deliveries"), F.lit(0)).cast("long").alias("deliveries"),
         F.coalesce(F.col("dup_deliveries"), F.lit(0)).cast("long").alias("dup_deliveries"),
-        F.col("_first.ts").alias("first_delivered_at"),
+        F.col("_first_ts").alias("first_delivered_at"),
         "last_delivered_at",
         "delivered_qos",
         F.col("acked_at").isNotNull().alias("acked"),
         "acked_at",
-        "_first",
+        *first,
     )
-    w = Window.partitionBy("publisher", "subscriber").orderBy(*in_line_order("_first"))
+    w = Window.partitionBy("publisher", "subscriber").orderBy(*first)
     before = w.rowsBetween(Window.unboundedPreceding, -1)
     judged = F.col("delivered") & F.col("published")
     prior_max = F.max(F.when(judged, F.col("pub_seq"))).over(before)
     return rows.select(
-        *[c for c in rows.columns if c != "_first"],
+        *[c for c in rows.columns if not c.startswith("_first_")],
         (F.col("expected") & ~F.col("delivered") & ~F.col("refused")).alias("lost"),
         (F.col("deliveries") > 1).alias("duplicated"),
         F.coalesce(judged & (prior_max > F.col("pub_seq")), F.lit(False)).alias("out_of_order"),
