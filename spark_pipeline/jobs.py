@@ -45,10 +45,16 @@ Steps = Callable[[int, int, str], None]
 Builders = dict[str, Callable[[], DataFrame]]
 # Tables whose jobs take longest; started first so that the small ones fill idle cores.
 HEAVY: Final = frozenset({"delivery_audit", "sessions"})
+# Tables too big to write from one task (see ``write_table``).
+SPREAD: Final = frozenset({"delivery_audit"})
 # Two writers measured no faster at 5M events on 2 cores (147.6 s with one, 159.8 s with
 # two: the audit's stages already keep both cores busy), and hold more memory at once.
 WRITERS: Final = 1
 SHUFFLE_PARTITIONS: Final = "spark.sql.shuffle.partitions"
+# Set for the run, restored after. The audit's inputs are all partitioned by message;
+# a join on (message, subscriber) may keep that partitioning instead of shuffling both
+# sides again by the two keys.
+PLAN_CONF: Final = {"spark.sql.requireAllClusterKeysForCoPartition": "false"}
 BYTES_PER_PARTITION: Final = 256 * 2**20
 MAX_PARTITIONS: Final = 2000
 # Rows of these tables depend only on the lines of their own UTC date.
@@ -104,8 +110,13 @@ def shuffle_partitions(input_bytes: int, cores: int) -> int:
     return min(MAX_PARTITIONS, math.ceil(wanted / cores) * cores)
 
 
-def write_table(df: DataFrame, path: Path, partition_by: Sequence[str]) -> None:
+def write_table(
+    df: DataFrame, path: Path, partition_by: Sequence[str], spread: bool = False
+) -> None:
     """Overwrite ``path`` with ``df``: one file per partition value, or one file.
+
+    ``spread`` keeps ``df``'s own partitions instead (a file per task and value): one
+    task writing a big table alone leaves the other cores idle.
 
     A partitioned table with no rows is written unpartitioned, as one empty file that
     carries the schema: partitioned, Spark writes no data file at all, and the table could
@@ -113,7 +124,8 @@ def write_table(df: DataFrame, path: Path, partition_by: Sequence[str]) -> None:
     QoS >= 1 traffic has such tables.
     """
     if partition_by:
-        out = df.repartition(*partition_by).write.mode("overwrite").partitionBy(*partition_by)
+        frame = df if spread else df.repartition(*partition_by)
+        out = frame.write.mode("overwrite").partitionBy(*partition_by)
         out.parquet(str(path))
         if not any(path.rglob("*.parquet")):
             df.limit(0).coalesce(1).write.mode("overwrite").parquet(str(path))
@@ -175,7 +187,8 @@ def write_tables(
             merger(spec)
             verb = "merged"
         else:
-            write_table(builders[spec.name](), out / spec.name, spec.partition_by)
+            spread = spec.name in SPREAD
+            write_table(builders[spec.name](), out / spec.name, spec.partition_by, spread)
             verb = "written"
         with lock:
             done += 1
@@ -288,12 +301,17 @@ def _run(
     new_bytes = sum(c.end - c.start for c in plan.new)
     size = sum(c.end - c.start for c in state.chunks.values())
     cores = session.sparkContext.defaultParallelism
-    partitions_before = session.conf.get(SHUFFLE_PARTITIONS)
-    session.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(size, cores)))
+    run_conf = {**PLAN_CONF, SHUFFLE_PARTITIONS: str(shuffle_partitions(size, cores))}
+    conf_before = {k: session.conf.get(k, None) for k in run_conf}
+    for key, value in run_conf.items():
+        session.conf.set(key, value)
     kept: list[DataFrame] = []
 
     def _keep(df: DataFrame) -> DataFrame:
+        """Persist ``df`` and compute it now: a plan reading a cache not yet computed
+        cannot see its partitioning, and would shuffle it again."""
         kept.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        df.count()
         return df
 
     try:
@@ -318,7 +336,7 @@ def _run(
             f"parsed {sum(c.events for c in plan.new)} new events, {stats['events']} in all, "
             f"{stats['corrupt_lines']} corrupt lines"
         )
-        events = _keep(staging.staged_events(session, out, state.chunks, columns))
+        events = staging.staged_events(session, out, state.chunks, columns)
         exp_df = None if expectations is None else expectations_frame(session, expectations)
         builders = table_builders(events.drop("_date"), exp_df, _keep)
         dates = plan.affected_dates
@@ -349,8 +367,11 @@ def _run(
     finally:
         for df in kept:
             df.unpersist()
-        if partitions_before is not None:
-            session.conf.set(SHUFFLE_PARTITIONS, partitions_before)
+        for key, before in conf_before.items():
+            if before is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, before)
         if own:
             session.stop()
     result: dict[str, Any] = {k: int(row[k]) for k in audit.SUMMARY_COLUMNS}

@@ -33,7 +33,8 @@ from typing import Any, Final
 
 from spark_pipeline.extract import rotation_of
 
-FORMAT: Final = 1
+# 2: the staged Parquet carries the corrupt-record column (null in every kept line).
+FORMAT: Final = 2
 NAME: Final = "_etl_manifest.json"
 HEAD_BYTES: Final = 4096
 

@@ -41,9 +41,11 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_pipeline.transforms.common import count_if, day, of_event
+from spark_pipeline.transforms.common import LK_FIELDS, count_if, day, in_line_order, of_event
 
 PAIR = ["msg_id", "subscriber"]
+# What a pair takes from its message (first publish line, refusal) and its acknowledgement.
+_PER_PAIR = ("publisher", "topic", "qos", "published_at", "pub_seq", "acked_at", "_refused")
 
 EXPECT_SCHEMA = T.StructType(
     [
@@ -54,31 +56,50 @@ EXPECT_SCHEMA = T.StructType(
 )
 
 
+def by_message(df: DataFrame) -> DataFrame:
+    """``df`` hash-partitioned by ``msg_id``.
+
+    Every audit input is, so that the groupings by message or by (message, subscriber)
+    and the joins between them need no further shuffle (the job lets a join on
+    (``msg_id``, ``subscriber``) reuse a partitioning by ``msg_id`` alone).
+    """
+    return df.repartition("msg_id")
+
+
 def publisher_order(events: DataFrame) -> DataFrame:
     """Every published message once (its first line wins) with its ``pub_seq``."""
-    first = (
+    lines = by_message(
         of_event(events, "message.published")
         .where(F.col("msg_id").isNotNull())
-        .groupBy("msg_id")
-        .agg(F.min(F.struct("_lk", "client_id", "topic", "qos", "ts")).alias("_p"))
-        .select("msg_id", "_p.*")
+        .select("msg_id", "client_id", "topic", "qos", "ts", "_lk")
     )
-    order = Window.partitionBy("client_id").orderBy("_lk")
-    return first.select(
-        "msg_id",
-        F.col("client_id").alias("publisher"),
-        "topic",
-        "qos",
-        F.col("ts").alias("published_at"),
-        F.row_number().over(order).cast("long").alias("pub_seq"),
+    nth_line = F.row_number().over(Window.partitionBy("msg_id").orderBy(*in_line_order()))
+    first = lines.withColumn("_n", nth_line).where(F.col("_n") == 1)
+    order = Window.partitionBy("client_id").orderBy(*in_line_order())
+    return by_message(
+        first.select(
+            "msg_id",
+            F.col("client_id").alias("publisher"),
+            "topic",
+            "qos",
+            F.col("ts").alias("published_at"),
+            F.row_number().over(order).cast("long").alias("pub_seq"),
+        )
     )
 
 
 def delivery_pairs(events: DataFrame) -> DataFrame:
-    """Per (message, subscriber): deliveries, DUP-flagged ones, first/last, max QoS."""
-    return (
-        of_event(events, "message.delivered")
-        .where(F.col("msg_id").isNotNull() & F.col("client_id").isNotNull())
+    """Per (message, subscriber): deliveries, DUP-flagged ones, first/last, max QoS.
+
+    The first delivery's line key comes out as four columns (``_first_ts`` …): a job
+    caches this frame, and Spark caches a struct column far more slowly than flat ones.
+    """
+    agg = (
+        by_message(
+            of_event(events, "message.delivered").where(
+                F.col("msg_id").isNotNull() & F.col("client_id").isNotNull()
+            )
+        )
         .groupBy("msg_id", F.col("client_id").alias("subscriber"))
         .agg(
             F.count(F.lit(1)).alias("deliveries"),
@@ -90,12 +111,14 @@ def delivery_pairs(events: DataFrame) -> DataFrame:
             F.min("topic").alias("_d_topic"),
         )
     )
+    first = [F.col(f"_first.{f}").alias(f"_first_{f}") for f in LK_FIELDS]
+    return agg.select(*[c for c in agg.columns if c != "_first"], *first)
 
 
 def acks(events: DataFrame) -> DataFrame:
     """Per (message, subscriber): the first acknowledgement."""
     return (
-        of_event(events, "message.acked")
+        by_message(of_event(events, "message.acked"))
         .groupBy("msg_id", F.col("client_id").alias("subscriber"))
         .agg(F.min("ts").alias("acked_at"))
     )
@@ -103,12 +126,9 @@ def acks(events: DataFrame) -> DataFrame:
 
 def refusals(events: DataFrame) -> DataFrame:
     """The ids of the messages whose publisher was refused, once each (``msg_id``)."""
-    return (
-        of_event(events, "message.refused")
-        .where(F.col("msg_id").isNotNull())
-        .select("msg_id")
-        .distinct()
-    )
+    return by_message(
+        of_event(events, "message.refused").where(F.col("msg_id").isNotNull()).select("msg_id")
+    ).distinct()
 
 
 def expected_from_deliveries(audited: DataFrame, pairs: DataFrame) -> DataFrame:
@@ -128,18 +148,31 @@ def expected_from_deliveries(audited: DataFrame, pairs: DataFrame) -> DataFrame:
     return in_range.unionByName(pairs.select(*PAIR)).distinct()
 
 
+def _filter_pairs(audited: DataFrame, expectations: DataFrame) -> DataFrame:
+    """``expected_from_filters`` without its ``distinct``: each pair comes out once already.
+
+    The expect entries matching a topic are folded per (topic, subscriber) first: a
+    message is expected by a subscriber when any of its matching entries has no ``from``,
+    or it was published at or after the earliest ``from``. ``audited`` has one row per
+    message, so the join yields each pair once, and keeps ``audited``'s partitioning.
+    """
+    topics = audited.select("topic").distinct()
+    matched = (
+        topics.join(F.broadcast(expectations), F.expr("topic RLIKE regex"))
+        .groupBy("topic", "subscriber")
+        .agg(F.min("since").alias("since"), F.max(F.col("since").isNull()).alias("_always"))
+    )
+    since_ok = F.col("_always") | (F.col("published_at") >= F.col("since"))
+    return audited.join(F.broadcast(matched), "topic").where(since_ok).select(*PAIR)
+
+
 def expected_from_filters(audited: DataFrame, expectations: DataFrame) -> DataFrame:
     """Pairs implied by the expect file's filters (``EXPECT_SCHEMA`` rows).
 
     Filters are matched against the distinct topics, not every message: a regex taken
     from a column is compiled per evaluation, and topics are far fewer than messages.
     """
-    topics = audited.select("topic").distinct()
-    matched = topics.join(F.broadcast(expectations), F.expr("topic RLIKE regex")).select(
-        "topic", "subscriber", "since"
-    )
-    since_ok = F.col("since").isNull() | (F.col("published_at") >= F.col("since"))
-    return audited.join(matched, "topic").where(since_ok).select(*PAIR).distinct()
+    return _filter_pairs(audited, expectations).distinct()
 
 
 def expected_pairs(
@@ -150,13 +183,14 @@ def expected_pairs(
     The listed subscribers' pairs are dropped before the deliveries rule runs, not after:
     every pair it derives has a subscriber of ``pairs``, so the result is the same, and
     when the expect file lists every subscriber (the usual case) the rule joins nothing.
+    The two parts share no subscriber and each holds a pair once, so their union does too.
     """
     if expectations is None:
         return expected_from_deliveries(audited, pairs)
     listed = expectations.select("subscriber").distinct()
     unlisted = pairs.join(F.broadcast(listed), "subscriber", "left_anti")
-    derived = expected_from_deliveries(audited, unlisted).select(*PAIR)
-    return derived.unionByName(expected_from_filters(audited, expectations)).distinct()
+    derived = by_message(expected_from_deliveries(audited, unlisted).select(*PAIR))
+    return derived.unionByName(_filter_pairs(audited, expectations))
 
 
 def audit_events(events: DataFrame, expectations: DataFrame | None = None) -> DataFrame:
@@ -180,21 +214,39 @@ def delivery_audit(
     """One row per audited (message, subscriber) pair with its verdicts.
 
     Inputs are ``publisher_order``, ``delivery_pairs``, ``acks`` and ``refusals`` of the
-    same events (separate so that a job can persist the first two: each is read several
-    times).
+    same events. All are partitioned by ``msg_id``, and so is every join below up to the
+    full outer one (hash joins, no sort): the message's columns and the acknowledgement
+    are attached to the delivered pairs and to the expected ones separately, since a
+    full outer join's output is no longer partitioned by its keys.
     """
     audited = pub.where(F.col("qos") >= 1)
-    pairs = pairs.join(pub.select("msg_id", F.col("qos").alias("_pqos")), "msg_id", "left")
-    pairs = pairs.where(F.col("_pqos").isNull() | (F.col("_pqos") >= 1)).drop("_pqos")
-    expected = expected_pairs(audited, pairs, expectations).withColumn("_exp", F.lit(True))
-    rows = (
-        pairs.join(expected, PAIR, "full_outer")
-        .join(pub, "msg_id", "left")
-        .join(acked, PAIR, "left")
-        .join(refused.select("msg_id", F.lit(True).alias("_refused")), "msg_id", "left")
+    refused = refused.select("msg_id", F.lit(True).alias("_refused"))
+
+    def attach(df: DataFrame) -> DataFrame:
+        """The pair's acknowledgement and its message's refusal (both partitioned alike)."""
+        return df.join(acked.hint("shuffle_hash"), PAIR, "left").join(
+            refused.hint("shuffle_hash"), "msg_id", "left"
+        )
+
+    seen = attach(
+        pairs.join(pub.hint("shuffle_hash"), "msg_id", "left").where(
+            F.col("qos").isNull() | (F.col("qos") >= 1)
+        )
+    )
+    expected = attach(
+        expected_pairs(audited, seen.select(*PAIR), expectations).join(
+            audited.hint("shuffle_hash"), "msg_id"
+        )
+    ).select(*PAIR, F.lit(True).alias("_exp"), *[F.col(c).alias(f"_e{c}") for c in _PER_PAIR])
+    joined = seen.join(expected.hint("shuffle_hash"), PAIR, "full_outer")
+    rows = joined.select(
+        *[c for c in seen.columns if c not in _PER_PAIR],
+        "_exp",
+        *[F.coalesce(F.col(c), F.col(f"_e{c}")).alias(c) for c in _PER_PAIR],
     )
     delivered = F.coalesce(F.col("deliveries"), F.lit(0)) > 0
     published = F.col("pub_seq").isNotNull()
+    first = [f"_first_{f}" for f in LK_FIELDS]
     rows = rows.select(
         "msg_id",
         "subscriber",
@@ -209,19 +261,19 @@ def delivery_audit(
         delivered.alias("delivered"),
         F.coalesce(F.col("deliveries"), F.lit(0)).cast("long").alias("deliveries"),
         F.coalesce(F.col("dup_deliveries"), F.lit(0)).cast("long").alias("dup_deliveries"),
-        F.col("_first.ts").alias("first_delivered_at"),
+        F.col("_first_ts").alias("first_delivered_at"),
         "last_delivered_at",
         "delivered_qos",
         F.col("acked_at").isNotNull().alias("acked"),
         "acked_at",
-        "_first",
+        *first,
     )
-    w = Window.partitionBy("publisher", "subscriber").orderBy("_first")
+    w = Window.partitionBy("publisher", "subscriber").orderBy(*first)
     before = w.rowsBetween(Window.unboundedPreceding, -1)
     judged = F.col("delivered") & F.col("published")
     prior_max = F.max(F.when(judged, F.col("pub_seq"))).over(before)
     return rows.select(
-        *[c for c in rows.columns if c != "_first"],
+        *[c for c in rows.columns if not c.startswith("_first_")],
         (F.col("expected") & ~F.col("delivered") & ~F.col("refused")).alias("lost"),
         (F.col("deliveries") > 1).alias("duplicated"),
         F.coalesce(judged & (prior_max > F.col("pub_seq")), F.lit(False)).alias("out_of_order"),

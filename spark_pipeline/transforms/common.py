@@ -21,6 +21,18 @@ def of_event(events: DataFrame, name: str) -> DataFrame:
     return events.where(F.col("event") == name).select(*cols, F.col("_lk"))
 
 
+LK_FIELDS = ("ts", "file", "block", "row")
+
+
+def in_line_order(key: str = "_lk") -> list[Column]:
+    """Sort keys for a line-key struct column: its fields, one by one.
+
+    Same order as sorting by the struct, but Spark sorts on a prefix of the first key
+    (``ts``) and compares the rest only on ties; sorting by a struct compares whole structs.
+    """
+    return [F.col(f"{key}.{name}") for name in LK_FIELDS]
+
+
 def minute(ts: Column) -> Column:
     """The UTC minute a timestamp falls in (the session time zone is UTC)."""
     return F.date_trunc("minute", ts)
