@@ -276,7 +276,8 @@ def read_forwarded(data: bytes, pos: int, end: int) -> ForwardedIn:
     mountpoint = client_id = share = ""
     retain = False
     ids: list[int] = []
-    spans: list[tuple[int, int]] = []  # the message's: protobuf merges repeats of it
+    m_start = m_stop = -1  # where the message is
+    parts: list[bytes] | None = None  # a message written in parts, which protobuf merges
     while pos < end:
         field, kind, pos = _tag(data, pos, end)
         if field == 6 and kind in (_VARINT, _LEN):
@@ -289,7 +290,12 @@ def read_forwarded(data: bytes, pos: int, end: int) -> ForwardedIn:
             elif field == 3:
                 client_id = _text(data, start, stop)
             elif field == 7:
-                spans.append((start, stop))
+                if m_start < 0:
+                    m_start, m_stop = start, stop
+                else:
+                    if parts is None:
+                        parts = [data[m_start:m_stop]]
+                    parts.append(data[start:stop])
             else:
                 share = _text(data, start, stop)
         elif kind == _VARINT and field in (1, 4, 5):
@@ -302,11 +308,11 @@ def read_forwarded(data: bytes, pos: int, end: int) -> ForwardedIn:
                 retain = value != 0
         else:
             pos = _skip(data, pos, end, field, kind)
-    if len(spans) == 1:
-        message = read_message(data, spans[0][0], spans[0][1])
-    else:  # none, or a message written in parts: read as their concatenation
-        whole = b"".join([data[a:b] for a, b in spans])
+    if parts is not None:  # read as their concatenation, which is what merging means
+        whole = b"".join(parts)
         message = read_message(whole, 0, len(whole))
+    else:  # in one part, or absent (the empty message)
+        message = read_message(data, m_start, m_stop) if m_start >= 0 else read_message(b"", 0, 0)
     sub_ids = tuple([i & _U32 for i in ids]) if ids else _NO_IDS
     return ForwardedIn(seq, mountpoint, client_id, qos, retain, sub_ids, message, share)
 
