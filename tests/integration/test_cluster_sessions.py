@@ -23,7 +23,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -47,7 +47,7 @@ from tests.integration.test_cluster_membership import (
     pid_of,
     states,
 )
-from tests.support.clients import Client, until_routed
+from tests.support.clients import Client, connect_until_accepted, until_routed
 from tests.support.cluster import dev_cluster
 from tests.support.node import wait_for
 
@@ -214,20 +214,6 @@ def test_connects_of_one_id_racing_on_three_nodes_leave_one_live_session(cluster
             c.paho.loop_stop()
 
 
-def _connect_until_accepted(make: Callable[[], Client]) -> Client:
-    """CONNECT again every 0.5 s until accepted; every refusal must be 0x88."""
-    deadline = time.monotonic() + BOUND
-    while True:
-        c = make()
-        c.connect(expect_ok=False)
-        if not c.reason_code.is_failure:
-            return c
-        c.paho.loop_stop()
-        assert c.reason_code.value == 0x88, c.reason_code
-        assert time.monotonic() < deadline, "still refused"
-        time.sleep(0.5)
-
-
 def test_epochs_only_grow_whichever_node_registers(cluster: Path) -> None:
     seen: list[int] = []
     for node in (N1, N2, N3, N1, N3, N2):
@@ -270,8 +256,11 @@ def test_a_persistent_session_on_a_dead_node_is_refused_until_it_returns(cluster
         wait_for(lambda: states(N1).get(N3) == "up", BOUND, 0.2, "n3 up on n1")
         # Until n1's registry has n3's new address (gossip brings it) the answer is
         # still 0x88; a client retries, as this one does.
-        back = _connect_until_accepted(
-            lambda: Client("x-dead", MQTT[N1], version=5, clean=False, session_expiry=600)
+        back = connect_until_accepted(
+            lambda: Client("x-dead", MQTT[N1], version=5, clean=False, session_expiry=600),
+            BOUND,
+            0.5,
+            refusal=0x88,
         )
         try:
             assert back.session_present

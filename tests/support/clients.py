@@ -245,9 +245,12 @@ def mosquitto_sub_once(
 __all__ = ["Client", "Received", "mosquitto_pub", "mosquitto_sub_once", "wait_for"]
 
 
-def connect_until_accepted(make: Callable[[], Client], bound: float, pause: float) -> Client:
+def connect_until_accepted(
+    make: Callable[[], Client], bound: float, pause: float, refusal: int | None = None
+) -> Client:
     """A client from ``make``, connected: again after each refusal (such as 0x88 while a
-    service or a queue's owner is coming back), until accepted or ``bound`` s passed."""
+    service or a queue's owner is coming back), until accepted or ``bound`` s passed.
+    With ``refusal``, every refusal must carry that reason code."""
     deadline = time.monotonic() + bound
     while True:
         client = make()
@@ -255,6 +258,8 @@ def connect_until_accepted(make: Callable[[], Client], bound: float, pause: floa
         if not client.reason_code.is_failure:
             return client
         client.disconnect()
+        if refusal is not None:
+            assert client.reason_code.value == refusal, client.reason_code
         assert time.monotonic() < deadline, (
             f"{client.client_id}: refused for {bound:g} s: {client.reason_code}"
         )
