@@ -194,7 +194,10 @@ def replica_write(t: Txn, job: ReplicaWrite) -> ReplicaState:
         _drop(t, sess, meta, log.last()[1], before)
         for epoch, seq, data in job.entries:
             if log.at(seq) == (epoch, seq) and seq > log.base[1]:
-                _put(t, sess, meta, seq, data)
+                if seq > before:
+                    _put_new(t, sess, meta, seq, data)
+                else:
+                    _put(t, sess, meta, seq, data)
         meta.last_seq = log.last()[1]
         # Garbage only up to what this append proved the copy holds of the primary's log.
         upto = min(job.acked, reply.upto, meta.last_seq)
@@ -267,6 +270,17 @@ def _put(t: Txn, sess: bytes, meta: QueueMeta, seq: int, data: bytes) -> None:
         t.delta.bytes -= len(old)
     if data:
         t.txn.put(ENTRIES, key, data)
+        meta.count += 1
+        meta.size += len(data)
+        t.delta.entries += 1
+        t.delta.bytes += len(data)
+    t.dirty.add(sess)
+
+
+def _put_new(t: Txn, sess: bytes, meta: QueueMeta, seq: int, data: bytes) -> None:
+    """``_put`` past the copy's last seq, where no entry is held: nothing to replace."""
+    if data:
+        t.txn.put(ENTRIES, keys.entry(sess, seq), data)
         meta.count += 1
         meta.size += len(data)
         t.delta.entries += 1

@@ -147,18 +147,20 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         if opening:
             await replicator.settled(opening)
         seqs: dict[SessionKey, list[int]] = {}
+        datas: dict[SessionKey, list[bytes]] = {}
         queues, stepped_down = replicator.queues, replicator.stepped_down
         for op, res in zip(appends, result.results, strict=False):
             if res.status == AppendStatus.OK and (
                 op.session in queues or op.session in stepped_down
             ):
                 seqs.setdefault(op.session, []).append(res.seq)
+                datas.setdefault(op.session, []).append(op.data)
         marked = {m.session for m in marks if m.session in replicator.queues}
         if not seqs and not marked:
             return
         pending = {}
         for sid, got in seqs.items():
-            fut = replicator.appended(sid, got)
+            fut = replicator.appended(sid, got, datas[sid])
             if fut is not None:
                 pending[sid] = fut
         states = {}

@@ -392,13 +392,19 @@ def _assert_same(log: ReplicaLog, ref: ListLog) -> None:
 def test_the_run_length_log_does_what_a_list_of_positions_does(data: st.DataObject) -> None:
     log, ref = ReplicaLog(), ListLog()
     for _ in range(data.draw(st.integers(1, 40))):
-        op = data.draw(st.sampled_from(["append", "append", "write", "fence", "compact"]))
+        op = data.draw(
+            st.sampled_from(["append", "append", "write", "write_many", "fence", "compact"])
+        )
         if op == "append":
             req = _a_request(data, ref)
             assert log.append(req) == ref.append(req), req
         elif op == "write":
             epoch = ref.last()[0] + data.draw(st.integers(0, 1))
             assert log.write(epoch) == ref.write(epoch)
+        elif op == "write_many":
+            epoch = ref.last()[0] + data.draw(st.integers(0, 1))
+            n = data.draw(st.integers(1, 5))
+            assert log.write_many(epoch, n) == [ref.write(epoch) for _ in range(n)][-1]
         elif op == "fence":
             epoch = ref.epoch + data.draw(st.integers(-1, 1))
             assert log.fence(epoch) == ref.fence(epoch)
@@ -507,7 +513,10 @@ class Cluster:
         ]
         p = working[k % len(working)] if working else None
         if op == 0 and p is not None:
-            p.write()
+            if k % 4:
+                p.write()
+            else:  # a group commit's appends to one queue, handed over together
+                p.write_many(1 + (k // 4) % 4)
         elif op == 1 and p is not None:
             replica = p.replicas[(k // 5) % len(p.replicas)] if p.replicas else None
             req = p.to_send(replica) if replica is not None else None

@@ -9,6 +9,12 @@ the requests that arrive while ``max_inflight`` calls are out into the next call
 the number of calls follows the round trips, not the queues. At low load a request
 leaves at once, alone: batching adds no latency when there is nothing to batch with.
 
+"At once" is the end of the event loop's current turn, not the moment of the call. When
+a call's replies arrive, every queue they answer sends its next request in the same
+turn; started by the first of them, a call would carry that one request alone, and the
+rest would wait for the next free slot, so calls carried 1.2 requests on average under
+full load (10 queues, two replica nodes). Started at the turn's end, it carries them all.
+
 Every caller gets its own reply, or the exception that ended its call. A caller that
 gives up (cancelled) does not disturb the others in its batch.
 """
@@ -28,7 +34,7 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024  # and their size: a call stays far below gRPC
 
 
 class PeerBatcher(Generic[Req, Rep]):
-    __slots__ = ("_send", "_size", "_tasks", "_waiting", "inflight", "max_inflight")
+    __slots__ = ("_kicked", "_send", "_size", "_tasks", "_waiting", "inflight", "max_inflight")
 
     def __init__(
         self,
@@ -42,13 +48,25 @@ class PeerBatcher(Generic[Req, Rep]):
         self.inflight = 0
         self._waiting: deque[tuple[Req, asyncio.Future[Rep]]] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._kicked = False  # a start is due at the end of this turn of the loop
 
     async def call(self, req: Req) -> Rep:
-        fut: asyncio.Future[Rep] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Rep] = loop.create_future()
         self._waiting.append((req, fut))
-        if self.inflight < self.max_inflight:
-            self._start()
+        self._kick(loop)
         return await fut
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start calls at the end of this turn, with what arrived in it (the docstring)."""
+        if not self._kicked and self.inflight < self.max_inflight:
+            self._kicked = True
+            loop.call_soon(self._starts)
+
+    def _starts(self) -> None:
+        self._kicked = False
+        while self._waiting and self.inflight < self.max_inflight:
+            self._start()
 
     def _start(self) -> None:
         batch: list[tuple[Req, asyncio.Future[Rep]]] = []
@@ -89,5 +107,5 @@ class PeerBatcher(Generic[Req, Rep]):
                     fut.set_result(reply)
         finally:
             self.inflight -= 1
-            if self._waiting and self.inflight < self.max_inflight:
-                self._start()
+            # after the callers just answered, whose next requests join this start
+            self._kick(asyncio.get_running_loop())

@@ -154,6 +154,15 @@ class ReplicaLog:
         self._push(pos)
         return pos
 
+    def write_many(self, epoch: int, n: int) -> Position:
+        """``write`` ``n`` times (n >= 1): a store's group commit hands the primary its
+        appends to a queue together."""
+        assert n >= 1 and epoch >= self.last()[0], f"{n} entries of epoch {epoch}"
+        if not self.runs or self.runs[-1][0] != epoch:
+            self.runs.append((epoch, self.last_seq + 1))
+        self.last_seq += n
+        return (epoch, self.last_seq)
+
     def append(self, req: Append) -> Appended | Refused:
         if req.epoch < self.epoch:
             return Refused(self.epoch, self.last_seq, f"epoch {req.epoch} < {self.epoch}")

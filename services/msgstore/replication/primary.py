@@ -87,6 +87,15 @@ class Primary:
         self._advance()
         return pos
 
+    def write_many(self, n: int) -> Position | None:
+        """``write`` ``n`` times (n >= 1), the commit index moved once; the last
+        position, or None when this primary was replaced."""
+        if self.replaced:
+            return None
+        pos = self.log.write_many(self.epoch, n)
+        self._advance()
+        return pos
+
     def barrier(self) -> Position | None:
         """A new primary's first entry: committing it commits what it took over."""
         return self.write()
