@@ -47,7 +47,8 @@ class Replica:
         self.loss = loss
         self.calls = 0
 
-    async def call(self, pb: msgstore_pb2.ReplicaAppend) -> msgstore_pb2.ReplicaReply:
+    async def call(self, data: bytes) -> msgstore_pb2.ReplicaReply:
+        pb = msgstore_pb2.ReplicaAppend.FromString(data)  # as the primary wrote it
         self.calls += 1
         # slow enough, at times, that several batches land while a call is out
         await asyncio.sleep(self.rng.choice((0, 0, 0.002, 0.01)))

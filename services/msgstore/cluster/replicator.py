@@ -36,6 +36,7 @@ from services.common.background import Background
 from services.common.grpcutil import rpc_failed
 from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
+from services.msgstore import replica_wire
 from services.msgstore.cluster.batcher import PeerBatcher
 from services.msgstore.committer import Committer
 from services.msgstore.model import FenceQueue
@@ -46,6 +47,22 @@ from services.msgstore.replication.primary import Primary
 from services.pb import common_pb2, msgstore_pb2
 from services.pb.msgstore_pb2 import ReplicaAppend, ReplicaAppends, ReplicaReplies, ReplicaReply
 from services.pb.msgstore_pb2_grpc import ReplicaStub
+
+_APPEND_MANY = "/ternmq.msgstore.Replica/AppendMany"
+
+
+class ReplicaPeerStub(ReplicaStub):  # type: ignore[misc]
+    """``ReplicaStub`` plus ``AppendMany`` for a request already in wire form
+    (:mod:`services.msgstore.replica_wire`)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel)
+        self.AppendManyRaw = channel.unary_unary(
+            _APPEND_MANY,
+            request_serializer=None,
+            response_deserializer=ReplicaReplies.FromString,
+        )
+
 
 RETRY = 0.5  # s before a replica that did not answer is tried again
 ACK_EVERY = 1.0  # s between acknowledged-index updates to an idle replica
@@ -180,21 +197,21 @@ class Replicator:
         # epoch it follows (see ``step_down``); until an Open here makes it the primary
         # again.
         self.stepped_down: dict[SessionKey, int] = {}
-        # One per replica node: every queue's appends to it share its calls.
-        self._batchers: dict[str, PeerBatcher[ReplicaAppend, ReplicaReply]] = {}
+        # One per replica node: every queue's appends (in wire form) share its calls.
+        self._batchers: dict[str, PeerBatcher[bytes, ReplicaReply]] = {}
         self._legacy: set[str] = set()  # nodes that answer AppendMany UNIMPLEMENTED
 
-    def _batcher(self, replica: str) -> PeerBatcher[ReplicaAppend, ReplicaReply]:
+    def _batcher(self, replica: str) -> PeerBatcher[bytes, ReplicaReply]:
         batcher = self._batchers.get(replica)
         if batcher is None:
 
-            async def send(appends: list[ReplicaAppend]) -> list[ReplicaReply]:
+            async def send(appends: list[bytes]) -> list[ReplicaReply]:
                 return await self._append_many(replica, appends)
 
-            batcher = self._batchers[replica] = PeerBatcher(send, ReplicaAppend.ByteSize)
+            batcher = self._batchers[replica] = PeerBatcher(send, len)
         return batcher
 
-    async def _append_many(self, replica: str, appends: list[ReplicaAppend]) -> list[ReplicaReply]:
+    async def _append_many(self, replica: str, appends: list[bytes]) -> list[ReplicaReply]:
         """One call for the appends of many queues; one Append each to a node that does
         not know AppendMany yet (a rolling upgrade)."""
         stub = self.peers.stub(replica)
@@ -202,9 +219,17 @@ class Replicator:
             raise LookupError("no address known (gossip prefix msgstores)")
         metadata = self.peers.metadata()
         if replica not in self._legacy:
+            data = replica_wire.appends(appends)
             try:
-                reply: ReplicaReplies = await stub.AppendMany(
-                    ReplicaAppends(appends=appends), timeout=self.rpc_timeout, metadata=metadata
+                raw = getattr(stub, "AppendManyRaw", None)
+                reply: ReplicaReplies = await (
+                    raw(data, timeout=self.rpc_timeout, metadata=metadata)
+                    if raw is not None
+                    else stub.AppendMany(
+                        ReplicaAppends.FromString(data),
+                        timeout=self.rpc_timeout,
+                        metadata=metadata,
+                    )
                 )
                 return list(reply.replies)
             except grpc.aio.AioRpcError as exc:
@@ -213,7 +238,12 @@ class Replicator:
                 self._legacy.add(replica)
         return list(
             await asyncio.gather(
-                *(stub.Append(a, timeout=self.rpc_timeout, metadata=metadata) for a in appends)
+                *(
+                    stub.Append(
+                        ReplicaAppend.FromString(a), timeout=self.rpc_timeout, metadata=metadata
+                    )
+                    for a in appends
+                )
             )
         )
 
@@ -579,24 +609,12 @@ class Replicator:
             p.log.compact(acked)
             if req.entries and req.prev[1] < p.log.base[1]:
                 return -1  # garbage now: ask the core again
-        pb = msgstore_pb2.ReplicaAppend(
-            key=common_pb2.SessionKey(mountpoint=qp.sid[0], client_id=qp.sid[1]),
-            epoch=req.epoch,
-            prev_epoch=req.prev[0],
-            prev_seq=req.prev[1],
-            install=req.install,
-            acked=qp.acked,
-            max_len=qp.max_len,
-            replicas=list(qp.copies),
-        )
-        for epoch, seq in req.entries:
-            pb.entries.add(epoch=epoch, seq=seq, delivery=datas.get(seq, b""))
+        entry = replica_wire.entry
+        entries = b"".join([entry(epoch, seq, datas.get(seq, b"")) for epoch, seq in req.entries])
         version = qp.state_version
+        told: tuple[int, list[int], list[int], int, int] | None = None
         if qp.state_told[replica] < version:
             state = await asyncio.to_thread(self.store.state, qp.sid)
-            pb.has_state = True
-            pb.delivered_upto = state.delivered_upto
-            pb.inbound_qos2.extend(state.inbound_qos2)
             # A QoS 2 delivery the client completed leaves the queue with its PUBREL mark,
             # but its removal reaches the replicas only with the acknowledged index, which
             # waits for every earlier seq. Until then the mark stays on the copies: a
@@ -605,10 +623,27 @@ class Replicator:
             pubrel = set(state.outbound_pubrel)
             pubrel |= {seq for seq in qp.pubrel_sent if seq > qp.acked}
             qp.pubrel_sent = pubrel
-            pb.outbound_pubrel.extend(sorted(pubrel))
-            pb.state_epoch, pb.state_stamp = qp.state_stamp
+            told = (
+                state.delivered_upto,
+                list(state.inbound_qos2),
+                sorted(pubrel),
+                qp.state_stamp[0],
+                qp.state_stamp[1],
+            )
+        data = replica_wire.append(
+            qp.sid[0],
+            qp.sid[1],
+            req.epoch,
+            req.prev,
+            req.install,
+            entries,
+            qp.acked,
+            qp.max_len,
+            qp.copies,
+            told,
+        )
         try:
-            reply = await self._batcher(replica).call(pb)
+            reply = await self._batcher(replica).call(data)
         except grpc.aio.AioRpcError as exc:
             rpc_failed("msgstore", "Replica.AppendMany", exc, "debug")
             qp.notes[replica] = f"{exc.code().name}: {exc.details() or ''}"
@@ -617,7 +652,7 @@ class Replicator:
             qp.notes[replica] = str(exc)
             return None
         qp.notes[replica] = "ok" if reply.ok else f"refused: {reply.reason}"
-        if reply.ok and pb.has_state:
+        if reply.ok and told is not None:
             qp.state_told[replica] = qp.state_acked[replica] = version
             qp.settle_state()
         answer = (

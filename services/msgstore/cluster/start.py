@@ -18,7 +18,7 @@ from services.common import grpcutil
 from services.common.grpcutil import rpc_failed
 from services.common.peer import channel as peer_channel
 from services.common.peer.book import PeerBook
-from services.msgstore.cluster.replicator import Replicator
+from services.msgstore.cluster.replicator import ReplicaPeerStub, Replicator
 from services.msgstore.cluster.servicer import Failover, ReplicaServicer
 from services.msgstore.committer import Committer
 from services.msgstore.config import MsgstoreSettings
@@ -59,7 +59,7 @@ async def start(settings: MsgstoreSettings, store: QueueStore, committer: Commit
         raise OSError(f"cannot bind cluster.msgstore_listen {settings.listen}")
     address = f"{host}:{port}"
     peers: PeerBook[ReplicaStub] = PeerBook(
-        settings.nodename, settings.cookie, address, PREFIX, msgstore_pb2_grpc.ReplicaStub
+        settings.nodename, settings.cookie, address, PREFIX, ReplicaPeerStub
     )
     replicator = Replicator(
         settings.nodename, store, committer, peers, settings.write_quorum,
