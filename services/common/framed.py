@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import AsyncIterator
+from typing import Final
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024  # as grpcutil's max message length
@@ -68,10 +69,16 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
         raise FrameError(f"stream closed inside a frame of {size} bytes") from None
 
 
+# A lane's StreamReader stops reading from its socket once it buffers twice its limit;
+# asyncio's default (64 KiB) paused and resumed it several times within one batch of a
+# few hundred KiB, each time an epoll change and a wake-up on both ends.
+READ_LIMIT: Final = 4 * 1024 * 1024
+
+
 async def open_lane(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to the lane at ``path``, once the service's hello came. Raises
     ``OSError`` (nobody listens, or the service closed at once) or :class:`FrameError`."""
-    reader, writer = await asyncio.open_unix_connection(path)
+    reader, writer = await asyncio.open_unix_connection(path, limit=READ_LIMIT)
     try:
         hello = await read_frame(reader)
     except BaseException:

@@ -22,7 +22,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from services.common.framed import HELLO, FrameError, LaneError, frame, frames
+from services.common.framed import HELLO, READ_LIMIT, FrameError, LaneError, frame, frames
 from services.common.grpcutil import rpc_failed_as
 from services.pb import common_pb2
 
@@ -59,7 +59,7 @@ class _Served:
         sock = Path(self.path)
         sock.parent.mkdir(parents=True, exist_ok=True)
         sock.unlink(missing_ok=True)  # a killed service's socket file
-        self.server = await asyncio.start_unix_server(self._accepted, self.path)
+        self.server = await asyncio.start_unix_server(self._accepted, self.path, limit=READ_LIMIT)
 
     async def close(self) -> None:
         if self.server is not None:
