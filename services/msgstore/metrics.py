@@ -63,6 +63,7 @@ def replication_gauges(
     queues: Callable[[], float],
     replicated: Callable[[], float],
     lag: Callable[[], float],
+    held: Callable[[], float] = lambda: 0.0,
 ) -> None:
     """Replicated queues (``msgstore.replication_factor`` > 1), read when scraped."""
     registry.gauge(
@@ -77,4 +78,9 @@ def replication_gauges(
         "msgstore_replica_lag_max",
         "Entries the most lagging replica of a queue replicated from here lacks.",
         fn=lag,
+    )
+    registry.gauge(
+        "msgstore_replica_held_bytes",
+        "Bytes of messages kept in memory until every replica of their queue holds them.",
+        fn=held,
     )

@@ -140,7 +140,11 @@ async def serve(config: Config, stop: asyncio.Event) -> None:
             side = servicer.cluster = await start_cluster(settings, store, committer)
             rep = side.replicator
             replication_gauges(
-                registry, lambda: float(len(rep.queues)), lambda: float(rep.replicated), rep.lag_max
+                registry,
+                lambda: float(len(rep.queues)),
+                lambda: float(rep.replicated),
+                rep.lag_max,
+                lambda: float(rep.held_bytes),
             )
         bind(server, settings.address)
         await server.start()

@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,6 +93,50 @@ def _publish(node: str, payload: str, topic: str = TOPIC) -> None:
 def _online(node: str, client_id: str) -> bool:
     status, rows = get(HTTP[node], f"/api/v1/session/show?client_id={client_id}&local=1")
     return status == 200 and any(r.get("client_id") == client_id and r.get("online") for r in rows)
+
+
+def _gauges(node: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{HTTP[node]}/metrics", timeout=3) as r:
+        text = r.read().decode()
+    # lines such as: ternmq_msgstore_replica_lag_max{service="msgstore"} 0
+    return {
+        name.partition("{")[0].removeprefix("ternmq_"): float(value)
+        for name, _, value in (line.rpartition(" ") for line in text.splitlines())
+        if name.startswith("ternmq_msgstore_replic")
+    }
+
+
+def test_a_replicated_queue_shows_in_metrics_and_status(cluster: Path) -> None:
+    """Runs first, on the whole cluster: the primary's gauges and /status count the
+    queue, its replicated entries, and no message kept in memory once every replica
+    holds it."""
+    client = "metrics-test"
+    sub = _sub(N1, client, 1, wait=30)
+    wait_for(lambda: _online(N1, client), BOUND, 0.2, "the subscriber online on n1")
+    mosquitto_pub(MQTT[N1], topic_of(client), "m0")
+    assert _received(sub, BOUND) == ["m0"]
+    wait_for(lambda: not _online(N1, client), BOUND, 0.2, "the subscriber offline")
+    before = _gauges(N1)
+    for i in range(1, 6):
+        _publish(N1, f"m{i}", topic_of(client))  # queued, on W = 2 of 3 copies
+
+    def settled() -> bool:
+        g = _gauges(N1)
+        return (
+            g["msgstore_replicated_entries"] >= before["msgstore_replicated_entries"] + 5
+            and g["msgstore_replica_lag_max"] == 0
+            and g["msgstore_replica_held_bytes"] == 0
+        )
+
+    wait_for(settled, BOUND, 0.2, f"both replicas of n1's queues caught up: {_gauges(N1)}")
+    assert _gauges(N1)["msgstore_replicated_queues"] >= 1
+    status, body = get(HTTP[N1], "/status")
+    rep = body["services"]["msgstore"]["replication"]
+    assert status == 200 and rep["held_bytes"] == 0, rep
+    row = next(r for r in rep["primaries"] if r["client_id"] == client)
+    assert row["last"] - row["acked"] >= 5 and set(row["lag"].values()) == {0}, row
+    sub = _sub(N1, client, 5)
+    assert _received(sub) == [f"m{i}" for i in range(1, 6)]
 
 
 def test_the_seed_sequence_survives_the_queue_nodes_death(cluster: Path) -> None:

@@ -283,6 +283,7 @@ class Replicator:
             "write_quorum": self.w,
             "queues": len(self.queues),
             "entries_replicated": self.replicated,
+            "held_bytes": self.held_bytes,
             "primaries": rows[:STATUS_QUEUES],
         }
 
