@@ -190,7 +190,11 @@ def test_s17_a_shared_groups_messages_survive_a_members_node(cluster: tuple[str,
         returned = [e for e in again if e["client_id"] == "s17-m4"]
         assert returned, "n2 gave back none of the copies its stuck member held"
         assert {e["reason"] for e in returned} == {"member_gone"}
-        assert {e["to"] for e in returned} <= {"s17-m1", "s17-m2"}
+        # to another member, never back to the one that left. n3's member counts: n1
+        # may pick it before it has seen n3 down (the two happen at about the same
+        # time; CI met it once), and what then went to n3 came back to be picked again
+        # or reached its member before it died: every message is accounted for above.
+        assert {e["to"] for e in returned} <= {"s17-m1", "s17-m2", "s17-m3"}
     after_n3 = [e for e in again if e["client_id"] == "s17-m3"]
     assert all(e["to"] not in ("", "s17-m3") for e in after_n3), f"not to a live one: {after_n3}"
 
