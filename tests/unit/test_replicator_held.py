@@ -3,8 +3,8 @@ from its store: what a replica receives must be exactly what the store holds, wh
 the batches, lost calls, client acknowledgements and the memory bound do.
 
 A real primary store, committer and ``Replicator``; the replica is a second real store
-behind a stand-in for the per-node batcher that applies each append as the replica's
-servicer would, and loses calls when told to."""
+behind a stand-in for the per-node batcher that applies each append with the replica
+servicer's own conversions, and loses calls when told to."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
 from services.msgstore.cluster import replicator as replicator_mod
 from services.msgstore.cluster.replicator import Replicator
+from services.msgstore.cluster.servicer import replica_reply, replica_write
 from services.msgstore.committer import Committer
-from services.msgstore.convert import session_key
 from services.msgstore.engines.memory import MemoryEngine
 from services.msgstore.model import (
     Ack,
@@ -29,7 +29,6 @@ from services.msgstore.model import (
     OpenQueue,
     QueueState,
     ReplicaState,
-    ReplicaWrite,
     WriteBatch,
 )
 from services.msgstore.queue import DBS, QueueStore
@@ -54,25 +53,9 @@ class Replica:
         await asyncio.sleep(self.rng.choice((0, 0, 0.002, 0.01)))
         if self.rng.random() < self.loss:
             raise LookupError("lost")
-        job = ReplicaWrite(
-            session_key(pb.key),
-            pb.epoch,
-            (pb.prev_epoch, pb.prev_seq),
-            tuple((e.epoch, e.seq, e.delivery) for e in pb.entries),
-            pb.install,
-            pb.acked,
-            pb.max_len,
-            tuple(pb.replicas),
-        )
-        (state,) = self.store.write_group([job])
+        (state,) = self.store.write_group([replica_write(pb)])
         assert isinstance(state, ReplicaState)
-        return msgstore_pb2.ReplicaReply(
-            ok=state.ok,
-            epoch=state.epoch,
-            upto=state.upto if state.ok else 0,
-            last_seq=state.last[1],
-            reason=state.reason,
-        )
+        return replica_reply(state)
 
 
 def _messages(store: QueueStore) -> dict[int, bytes]:

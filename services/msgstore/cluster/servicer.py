@@ -66,37 +66,12 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
         return msgstore_pb2.ReplicaReplies(replies=replies)
 
     async def _append(self, request: msgstore_pb2.ReplicaAppend) -> msgstore_pb2.ReplicaReply:
-        job = ReplicaWrite(
-            session_key(request.key),
-            request.epoch,
-            (request.prev_epoch, request.prev_seq),
-            tuple((e.epoch, e.seq, e.delivery) for e in request.entries),
-            request.install,
-            request.acked,
-            request.max_len,
-            tuple(request.replicas),
-            (
-                (
-                    request.delivered_upto,
-                    tuple(request.inbound_qos2),
-                    tuple(request.outbound_pubrel),
-                )
-                if request.has_state
-                else None
-            ),
-            (request.state_epoch, request.state_stamp),
-        )
+        job = replica_write(request)
         state = await self.committer.submit(job)
         assert isinstance(state, ReplicaState)
         if state.ok:
             self.replicator.superseded(job.session, state.epoch)
-        return msgstore_pb2.ReplicaReply(
-            ok=state.ok,
-            epoch=state.epoch,
-            upto=state.upto if state.ok else 0,
-            last_seq=state.last[1],
-            reason=state.reason,
-        )
+        return replica_reply(state)
 
     async def Fence(
         self, request: msgstore_pb2.FenceRequest, context: Any
@@ -147,6 +122,37 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
             if pos is not None:
                 reply.entries.add(epoch=pos[0], seq=seq, delivery=held.get(seq, b""))
         return reply
+
+
+def replica_write(request: msgstore_pb2.ReplicaAppend) -> ReplicaWrite:
+    """The store's job for a primary's append."""
+    return ReplicaWrite(
+        session_key(request.key),
+        request.epoch,
+        (request.prev_epoch, request.prev_seq),
+        tuple((e.epoch, e.seq, e.delivery) for e in request.entries),
+        request.install,
+        request.acked,
+        request.max_len,
+        tuple(request.replicas),
+        (
+            (request.delivered_upto, tuple(request.inbound_qos2), tuple(request.outbound_pubrel))
+            if request.has_state
+            else None
+        ),
+        (request.state_epoch, request.state_stamp),
+    )
+
+
+def replica_reply(state: ReplicaState) -> msgstore_pb2.ReplicaReply:
+    """The answer to a primary's append: how far its copy holds the primary's log."""
+    return msgstore_pb2.ReplicaReply(
+        ok=state.ok,
+        epoch=state.epoch,
+        upto=state.upto if state.ok else 0,
+        last_seq=state.last[1],
+        reason=state.reason,
+    )
 
 
 def failover_event(
