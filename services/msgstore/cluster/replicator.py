@@ -11,8 +11,11 @@ its append is committed (``wait``), at most ``msgstore.failover_timeout``.
 What a sender sends was just written here, so the messages are kept in memory
 (``QueuePrimary.held``) until every replica holds them: a sender reads the store only for
 what is no longer there (a replica far behind, a rebuilt primary, the memory bound
-:data:`HELD_MAX` reached). Reading them back cost the primary more CPU than anything else
-it does per message, a thread hop included once a round exceeded a few dozen entries.
+:data:`HELD_MAX` reached). Reading them back was a large share of the primary's CPU per
+message (an LMDB read per entry, and a thread hop once a round exceeded a few dozen).
+One difference: a message the client acknowledged out of order before it was sent goes
+with its bytes, where the store would have sent none; the replica drops it with the
+acknowledged index, as it does every message acknowledged after it was sent.
 
 An ``Open`` may start a new epoch (and so a new run of positions) or change the replica
 set: the queue's primary is paused before the Open is written and rebuilt from the store
