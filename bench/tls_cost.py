@@ -13,15 +13,24 @@ fan-in and persistent QoS 1 pairs in messages/s, and connects/s (``mqload --conn
 over TLS every connection is a full handshake at the broker), as ratios to plain TCP
 and to Mosquitto's TLS.
 
-Usage: ``python -m bench.tls_cost --base-dir /tmp/tlsb [--duration 10]``; one JSON line
-per run, then a summary. Loopback only; every process it starts is stopped by pid.
+Each run also reports the CPU the broker (every process of the ternmq node) and HAProxy
+spent per message or connect. Runs on this 2-core VM swing by a third from one to the
+next, so ``--rounds N`` repeats every load but the fan-in N times, the fronts taking
+turns, and the summary gives medians. The fan-ins run last, Mosquitto's after ternmq's
+(see below).
+
+Usage: ``python -m bench.tls_cost --base-dir /tmp/tlsb [--duration 10] [--rounds 3]``;
+one JSON line per run, then a summary. Loopback only; every process it starts is
+stopped by pid.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -32,6 +41,23 @@ from tests.support.certs import make_certs
 from tests.support.node import free_port, make_node
 
 MOSQ_TCP, MOSQ_TLS = 18950, 18951
+
+
+def _cpu_seconds(*, pid: int = 0, pgid: int = 0) -> float:
+    """User + system CPU of one process, or of every process in a group (a ternmq node's
+    supervisor leads the group of all its services and log converters)."""
+    ticks = 0
+    for entry in os.listdir("/proc") if pgid else [str(pid)]:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone since the listing
+            continue
+        if not pgid or int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _haproxy_conf(routes: dict[int, tuple[int, bool]]) -> str:
@@ -57,6 +83,9 @@ def main() -> None:
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--loads", default="", help="comma-separated subset of the loads")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="repeat every load but the fan-in; medians"
+    )
     args = ap.parse_args()
     base: Path = args.base_dir
     shutil.rmtree(base, ignore_errors=True)
@@ -64,7 +93,7 @@ def main() -> None:
     exe = build_mqload(base / ".build")
     certs = make_certs(base / "certs")
     procs: list[subprocess.Popen[bytes]] = []
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     mosq_conf = base / "mosquitto.conf"
     mosq_conf.write_text(
         f"per_listener_settings false\nallow_anonymous true\npersistence false\n"
@@ -111,9 +140,10 @@ def main() -> None:
         )
         for port in fronts.values():
             wait_port(port)
-        # The fan-in goes last on each front: Mosquitto 2.0.11's TLS listener spins for
-        # minutes after a full-speed QoS 0 fan-in (its subscriber gone, one core busy,
-        # every new connection timing out), so a run after it would measure that.
+        # The fan-ins go last, Mosquitto's after ternmq's: Mosquitto 2.0.11's TLS listener
+        # spins for minutes after a full-speed QoS 0 fan-in (its subscriber gone, one core
+        # busy, every new connection timing out), so any run after it, on any front,
+        # would measure that spinning core too.
         loads: dict[str, list[str]] = {
             "qos1_pair": [
                 *("--mode", "pair", "--pubs", "10", "--subs", "10"),
@@ -130,16 +160,28 @@ def main() -> None:
         }
         if args.loads:
             loads = {k: v for k, v in loads.items() if k in args.loads.split(",")}
-        for name, port in fronts.items():
+        runs = [(n, load) for n in names for load in loads if load != "qos0_fanin"] * args.rounds
+        if "qos0_fanin" in loads:
+            runs += [(name, "qos0_fanin") for name in names[2:] + names[:2]]
+        for name, load in runs:
+            port, extra = fronts[name], loads[load]
             ws = ["--ws", "/mqtt"] if name.endswith(("-ws", "-wss")) else []
-            for load, extra in loads.items():
-                time.sleep(args.settle)
-                tag = f"{name}-{load}".replace("-", "")
-                duration = "2" if load == "connects" else str(args.duration)
-                size = [] if load == "connects" else ["--size", "64", "--topic", tag]
-                row = mqload(exe, port, *extra, *ws, "--duration", duration, *size, "--id", tag)
-                results[f"{name} {load}"] = row
-                print(json.dumps({"run": f"{name} {load}", **row}), flush=True)
+            time.sleep(args.settle)
+            tag = f"{name}-{load}".replace("-", "")
+            duration = "2" if load == "connects" else str(args.duration)
+            size = [] if load == "connects" else ["--size", "64", "--topic", tag]
+            assert node.proc is not None
+            owner = {"pid": procs[0].pid} if name.startswith("mosq") else {"pgid": node.proc.pid}
+            cpu0 = _cpu_seconds(**owner), _cpu_seconds(pid=procs[1].pid)
+            row = mqload(exe, port, *extra, *ws, "--duration", duration, *size, "--id", tag)
+            # the broker's CPU and HAProxy's, per message (per connect) delivered
+            done = row.get("received") or row.get("connected") or 0
+            for key, spent in zip(("broker", "haproxy"), cpu0, strict=True):
+                now = _cpu_seconds(**owner) if key == "broker" else _cpu_seconds(pid=procs[1].pid)
+                row[f"{key}_cpu_s"] = round(now - spent, 2)
+                row[f"{key}_cpu_us_each"] = round((now - spent) * 1e6 / max(done, 1), 1)
+            results.setdefault(f"{name} {load}", []).append(row)
+            print(json.dumps({"run": f"{name} {load}", **row}), flush=True)
     finally:
         for p in procs:
             p.terminate()
@@ -160,7 +202,10 @@ def main() -> None:
     ):
         if f"tnq-tcp {load}" not in results:
             continue
-        got = {n: float(results[f"{n} {load}"].get(key, 0) or 0) for n in fronts}
+        got = {
+            n: statistics.median(float(r.get(key, 0) or 0) for r in results[f"{n} {load}"])
+            for n in fronts
+        }
         summary[load] = {
             **{n: round(v) for n, v in got.items()},
             "ternmq_tls_vs_tcp": round(got["tnq-tls"] / max(got["tnq-tcp"], 1), 2),
