@@ -129,6 +129,7 @@ def measure(cmd: list[str], timeout: float) -> Measured:
 )
 @click.option("--timeout", default=3600.0, show_default=True, help="Per run, seconds.")
 @click.option("--skip-python", is_flag=True, help="Only the Spark run.")
+@click.option("--conf", "confs", multiple=True, help="KEY=VALUE, passed to `etl run --conf`.")
 @click.option(
     "--json",
     "json_file",
@@ -143,6 +144,7 @@ def main(
     expect: Path | None,
     timeout: float,
     skip_python: bool,
+    confs: tuple[str, ...],
     json_file: Path | None,
 ) -> None:
     """Run both and print a Markdown table of the results."""
@@ -166,6 +168,8 @@ def main(
     ]
     if expect is not None:
         spark_cmd += ["--expect", str(expect)]
+    for conf in confs:
+        spark_cmd += ["--conf", conf]
     click.echo(f"spark: {' '.join(spark_cmd[1:])}", err=True)
     spark = measure(spark_cmd, timeout)
     events = int(spark.output["events"])
