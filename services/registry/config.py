@@ -69,7 +69,8 @@ SETTINGS: list[Setting] = [
         "registry.map_size",
         "size",
         "1GB",
-        "Largest size of the registry's session table on disk (LMDB map size).",
+        "Largest size of the registry's session table (its keys and values), and of the "
+        "acceptor's votes in a cluster; a write past it is refused.",
         minimum=1024 * 1024,
     ),
 ]

@@ -25,7 +25,7 @@ from services.registry.backends import Backends
 from services.registry.cluster import start as cluster_side
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
-from services.registry.engines.lmdb_engine import LmdbEngine
+from services.registry.engines.journal_engine import JournalEngine
 from services.registry.recovery import recover, sweep_orphan_subs
 from services.registry.registrar import Registrar
 from services.registry.servicer import RegistryServicer
@@ -41,7 +41,7 @@ VIEW_WAIT = 10.0  # s for gossip's first view at start-up (gossip starts beside 
 
 async def serve(config: Config, stop: asyncio.Event) -> None:
     settings = build(RegistrySettings, config)
-    store = SessionStore(LmdbEngine(settings.store_path, settings.map_size))
+    store = SessionStore(JournalEngine(settings.store_path, settings.map_size))
     sessions, reserved = store.load()
     table = SessionTable(
         Policy(

@@ -1,18 +1,27 @@
-"""The registry's session table and its group commit, on both engines (LMDB in a temp
-dir, and the in-memory twin)."""
+"""The registry's session table and its group commit, on every engine (LMDB and the
+journal in a temp dir, and the in-memory twin)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from services.common.metrics import MetricsRegistry
-from services.registry.committer import Committer
-from services.registry.engines.base import Engine, StoreError
+from services.registry.committer import (
+    INLINE_BACKOFF,
+    INLINE_OPS,
+    INLINE_UNDER,
+    Committer,
+    InlinePolicy,
+)
+from services.registry.engines.base import Change, Engine, StoreError
+from services.registry.engines.journal_engine import JournalEngine
 from services.registry.engines.lmdb_engine import LmdbEngine
 from services.registry.engines.memory import MemoryEngine, MemoryTable
 from services.registry.sessions import NEVER, Session
@@ -22,7 +31,7 @@ MB = 1024 * 1024
 Opener = Callable[[int], SessionStore]  # map size -> the table, reopened on each call
 
 
-@pytest.fixture(params=["lmdb", "memory"])
+@pytest.fixture(params=["lmdb", "journal", "memory"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     table: MemoryTable = {}
 
@@ -30,6 +39,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
         engine: Engine
         if request.param == "lmdb":
             engine = LmdbEngine(tmp_path / "reg", map_size)
+        elif request.param == "journal":
+            engine = JournalEngine(tmp_path / "reg", map_size)
         else:
             engine = MemoryEngine(table, limit_bytes=map_size)
         return SessionStore(engine)
@@ -126,7 +137,7 @@ def test_a_clean_session_overwrites_a_record_still_being_written(open_store: Ope
 
     async def main() -> None:
         store = open_store(16 * MB)
-        committer = Committer(store, table.get)
+        committer = Committer(store, table.get, inline_ops=0)  # a transaction to race with
         table[key] = session("racy", 1)  # persistent
         first = asyncio.ensure_future(committer.sync(key))
         await asyncio.sleep(0)  # the committer has taken the key into its transaction
@@ -196,3 +207,39 @@ def test_a_change_nobody_waits_for_is_written_by_itself_when_nothing_follows(
     store = open_store(16 * MB)
     assert [s.key[1] for s in store.load()[0]] == ["alone"]
     store.close()
+
+
+def test_small_writes_go_on_the_loop_until_one_is_slow() -> None:
+    where = InlinePolicy()
+    assert where.inline(1, 0.0) and where.inline(INLINE_OPS, 0.0)
+    assert not where.inline(INLINE_OPS + 1, 0.0)  # busy: the thread, the loop goes on
+    where.took(INLINE_UNDER / 2, 0.0)
+    assert where.inline(1, 0.1)
+    where.took(INLINE_UNDER * 2, 10.0)  # a slow flush: the loop waited for one, no more
+    assert not where.inline(1, 10.0)
+    assert not where.inline(1, 10.0 + INLINE_BACKOFF - 0.01)
+    assert where.inline(1, 10.0 + INLINE_BACKOFF)
+
+
+def test_a_slow_engine_moves_the_commits_off_the_loop() -> None:
+    """Where each write ran, seen from a real committer over a slow engine."""
+    threads: list[str] = []
+
+    class Slow(MemoryEngine):
+        def write(self, changes: Sequence[Change]) -> None:
+            threads.append(threading.current_thread().name)
+            time.sleep(INLINE_UNDER * 2)
+            super().write(changes)
+
+    async def go() -> None:
+        table: dict[tuple[str, str], Session] = {}
+        store = SessionStore(Slow())
+        committer = Committer(store, table.get)
+        for i in range(3):
+            table[("mp", f"s{i}")] = session(f"s{i}")
+            await committer.sync(("mp", f"s{i}"))
+        await committer.close()
+
+    asyncio.run(go())
+    assert threads[0] == threading.main_thread().name
+    assert all(t != threading.main_thread().name for t in threads[1:]) and len(threads) == 3

@@ -28,7 +28,7 @@ from services.registry.cluster.quorum_client import QuorumClient
 from services.registry.cluster.reconcile import Reconciler
 from services.registry.cluster.servicer import QuorumServicer
 from services.registry.config import RegistrySettings
-from services.registry.engines.lmdb_engine import LmdbEngine
+from services.registry.engines.journal_engine import JournalEngine
 from services.registry.registrar import Registrar
 from services.registry.servicer import local_sessions
 
@@ -87,7 +87,7 @@ async def start(
     backends: Backends,
     members: Callable[[], Iterable[str]],
 ) -> ClusterSide:
-    store = AcceptorStore(LmdbEngine(settings.quorum_path, settings.map_size), settings.node)
+    store = AcceptorStore(JournalEngine(settings.quorum_path, settings.map_size), settings.node)
     acceptor = AcceptorShell(store)
     server = peer_channel.create_server(settings.cookie)
     giver = Giver(registrar)
