@@ -164,6 +164,19 @@ def test_a_table_of_the_lmdb_engine_is_imported_once(tmp_path: Path) -> None:
     assert dict(JournalEngine(tmp_path, 16 * MB).items()) == {KEYS[1]: b"from lmdb"}
 
 
+def test_an_import_interrupted_before_the_rename_is_not_imported_again(tmp_path: Path) -> None:
+    old = LmdbEngine(tmp_path, 16 * MB)
+    old.write([(KEYS[1], b"from lmdb")])
+    old.close()
+    engine = JournalEngine(tmp_path, 16 * MB)
+    engine.write([(KEYS[1], b"changed since")])
+    crash(engine)
+    os.replace(tmp_path / "data.mdb.imported", tmp_path / "data.mdb")  # the rename never made it
+    engine = JournalEngine(tmp_path, 16 * MB)
+    assert dict(engine.items()) == {KEYS[1]: b"changed since"}  # the snapshot wins
+    assert not (tmp_path / "data.mdb").exists()
+
+
 def test_a_damaged_snapshot_stops_the_start(tmp_path: Path) -> None:
     engine = JournalEngine(tmp_path, 16 * MB)
     engine.write([(KEYS[1], b"x")])

@@ -152,6 +152,8 @@ class JournalEngine(Engine):
             self._gen, self.table = decode_snapshot(snap.read_bytes())
             self._bytes = sum(len(k) + len(v) for k, v in self.table.items())
             self._drop_stale_journals()
+            # imported, and the process died before renaming it aside
+            self._pending_import = (self.path / "data.mdb").exists()
             journal = self._journal_path(self._gen)
             if not journal.exists():  # the snapshot was renamed in; its journal is new
                 self._compact()
@@ -164,9 +166,7 @@ class JournalEngine(Engine):
             self._capacity = len(data)
             if data.count(0, self._at) != len(data) - self._at:
                 self._zero_from(self._at)  # a torn record: its write never returned
-            if (self.path / "data.mdb").exists():  # imported, not yet renamed aside
-                self._pending_import = True
-                self._set_aside_lmdb()
+            self._set_aside_lmdb()
             return
         self.table = self._import_lmdb()
         self._bytes = sum(len(k) + len(v) for k, v in self.table.items())
@@ -295,9 +295,7 @@ class JournalEngine(Engine):
     def _zero_from(self, at: int) -> None:
         end = self._capacity
         while at < end:
-            n = min(len(_ZEROS), end - at)
-            os.pwrite(self._fd, _ZEROS[:n], at)
-            at += n
+            at += os.pwrite(self._fd, _ZEROS[: min(len(_ZEROS), end - at)], at)
         os.fdatasync(self._fd)
 
     def _sync_dir(self) -> None:
