@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import threading
 import zlib
 from pathlib import Path
 
@@ -216,6 +217,23 @@ def test_a_batch_that_writes_one_key_twice_is_sized_by_its_last_value(tmp_path: 
         engine.write([(KEYS[2], b"c" * 500), (KEYS[2], b"d" * 1500)])
     engine.close()
     assert dict(JournalEngine(tmp_path, 10_000).items()) == {KEYS[1]: b"b" * 9000}
+
+
+def test_writes_from_several_threads_at_once_are_all_kept(tmp_path: Path) -> None:
+    engine = JournalEngine(tmp_path, 16 * MB, min_journal=64 * 1024)  # compactions too
+
+    def writer(t: int) -> None:
+        for i in range(150):
+            engine.write([(f"t{t}-{i}".encode(), b"v" * 100)])
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    crash(engine)
+    kept = dict(JournalEngine(tmp_path, 16 * MB).items())
+    assert kept == {f"t{t}-{i}".encode(): b"v" * 100 for t in range(6) for i in range(150)}
 
 
 def test_a_closed_engine_refuses(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ table elsewhere without touching the committer or the registrar.
 
 Contract: :meth:`Engine.items` is called once, at start-up; :meth:`Engine.write` applies
 its changes in order as one transaction that is durable when it returns, or raises
-:class:`StoreError` and leaves the store as it was. One thread at a time calls an engine.
+:class:`StoreError` and leaves the store as it was. Writes may come from several threads at
+once (the acceptor's catch-up and its group commit): an engine takes them one at a time.
 """
 
 from __future__ import annotations

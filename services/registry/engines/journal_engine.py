@@ -36,6 +36,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -131,6 +132,10 @@ class JournalEngine(Engine):
         self._fd = -1
         self._at = 0  # where the next record goes
         self._capacity = 0
+        # LMDB lets one writer in at a time, and callers lean on that: the acceptor's
+        # catch-up writes from one worker thread while its group commit writes from
+        # another. Records written at once would land on the same offset.
+        self._writing = threading.Lock()
         self._lock = -1
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -198,10 +203,15 @@ class JournalEngine(Engine):
     # -- the engine contract ---------------------------------------------------
 
     def items(self) -> list[tuple[bytes, bytes]]:
-        self._check()
-        return sorted(self.table.items())
+        with self._writing:
+            self._check()
+            return sorted(self.table.items())
 
     def write(self, changes: Sequence[Change]) -> None:
+        with self._writing:
+            self._write(changes)
+
+    def _write(self, changes: Sequence[Change]) -> None:
         self._check()
         if not changes:
             return  # an empty record would read as the journal's end
@@ -233,8 +243,9 @@ class JournalEngine(Engine):
         self._apply(changes)
 
     def close(self) -> None:
-        self._release()
-        self._closed = True
+        with self._writing:
+            self._release()
+            self._closed = True
 
     # -- inside ----------------------------------------------------------------
 
