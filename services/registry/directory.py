@@ -9,15 +9,21 @@ that drops subscriptions is waited for: the new session's own subscriptions must
 dropped by a write that arrives after them.
 
 One ``Put`` is in flight at a time; what is written meanwhile leaves as the next one, so
-an idle registry writes at once and a connect storm costs a Put per round trip, not per
-session. A failed Put fails the writes it carried (the waiting callers get the
-:class:`BackendError`, already logged as ``rpc.failed``); the others are caught up by the
-session's next change, as before.
+a connect storm costs a Put per round trip, not per session. A write somebody waits for
+leaves at once, with everything sent before it. Writes nobody waits for linger up to
+``BEHIND`` seconds for company: each Put is a durable gossip commit (two flushes) and a
+broadcast, and a client that connects and disconnects in a loop would otherwise cost two
+of them per cycle, on the disk that the registry's own write, which its CONNACK waits for,
+shares. Nothing reads a record within that time (the register, not the directory, says
+who owns a client id). A failed Put fails the writes it carried (the waiting callers get
+the :class:`BackendError`, already logged as ``rpc.failed``); the others are caught up by
+the session's next change, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -25,6 +31,7 @@ from services.pb import gossip_pb2
 from services.registry.backends import BackendError
 
 MAX_OPS = 1000  # gossip ops per Put at most (a write is never split)
+BEHIND = 0.05  # s a write nobody waits for may linger for others to join it
 
 Put = Callable[[list[gossip_pb2.MetaOp]], Awaitable[None]]
 
@@ -38,8 +45,11 @@ class _Write:
 
 
 class DirectoryWriter:
-    def __init__(self, put: Put) -> None:
+    def __init__(self, put: Put, behind: float = BEHIND) -> None:
         self._put = put
+        self.behind = behind
+        self._waited = 0  # queued writes that somebody waits for
+        self._queued_ops = 0
         self._queue: deque[_Write] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -66,16 +76,32 @@ class DirectoryWriter:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="registry-directory")
         self._queue.append(write)
+        self._waited += write.done is not None
+        self._queued_ops += len(write.ops)
         self._wake.set()
 
     async def _run(self) -> None:
         while True:
             while self._queue:
+                await self._linger()
                 await self._flush(self._take())
             if self._closing:
                 return
             self._wake.clear()
             await self._wake.wait()
+
+    async def _linger(self) -> None:
+        """Until ``behind`` has passed, somebody waits for a write, a Put's worth is
+        queued (a storm is not slowed down), or the writer closes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.behind
+        while not self._waited and not self._closing and self._queued_ops < MAX_OPS:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
 
     def _take(self) -> list[_Write]:
         batch = [self._queue.popleft()]
@@ -83,6 +109,8 @@ class DirectoryWriter:
         while self._queue and count + len(self._queue[0].ops) <= MAX_OPS:
             count += len(self._queue[0].ops)
             batch.append(self._queue.popleft())
+        self._waited -= sum(w.done is not None for w in batch)
+        self._queued_ops -= count
         return batch
 
     async def _flush(self, batch: list[_Write]) -> None:

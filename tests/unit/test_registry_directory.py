@@ -9,7 +9,7 @@ import pytest
 
 from services.pb import gossip_pb2
 from services.registry.backends import BackendError
-from services.registry.directory import MAX_OPS, DirectoryWriter
+from services.registry.directory import BEHIND, MAX_OPS, DirectoryWriter
 
 
 def op(key: str) -> gossip_pb2.MetaOp:
@@ -40,10 +40,12 @@ async def started(g: FakeGossip, n: int) -> None:
         await asyncio.sleep(0)
 
 
-def run(body: Callable[[DirectoryWriter, FakeGossip], Awaitable[None]]) -> None:
+def run(
+    body: Callable[[DirectoryWriter, FakeGossip], Awaitable[None]], behind: float = BEHIND
+) -> None:
     async def main() -> None:
         gossip = FakeGossip()
-        writer = DirectoryWriter(gossip.put)
+        writer = DirectoryWriter(gossip.put, behind)
         await asyncio.wait_for(body(writer, gossip), 10)
         await asyncio.wait_for(writer.close(), 10)
 
@@ -112,3 +114,46 @@ def test_close_writes_what_was_sent_and_refuses_the_rest() -> None:
             await w.write([op("late")])
 
     run(body)
+
+
+def test_writes_nobody_waits_for_linger_together() -> None:
+    async def body(w: DirectoryWriter, g: FakeGossip) -> None:
+        w.send([op("a")])
+        await asyncio.sleep(0.05)
+        assert g.started == 0  # lingering
+        w.send([op("b")])
+        while not g.puts:
+            await asyncio.sleep(0.01)
+        assert g.puts == [["a", "b"]]
+
+    run(body, behind=0.3)
+
+
+def test_a_write_somebody_waits_for_ends_the_linger_and_carries_what_came_before() -> None:
+    async def body(w: DirectoryWriter, g: FakeGossip) -> None:
+        w.send([op("a")])
+        await asyncio.sleep(0.01)
+        await asyncio.wait_for(w.write([op("b")]), 1)  # far sooner than ``behind``
+        assert g.puts == [["a", "b"]]
+
+    run(body, behind=30)
+
+
+def test_a_puts_worth_of_writes_does_not_linger() -> None:
+    async def body(w: DirectoryWriter, g: FakeGossip) -> None:
+        for i in range(MAX_OPS):
+            w.send([op(f"k{i}")])
+        await asyncio.wait_for(started(g, 1), 1)
+        assert len(g.puts[0]) == MAX_OPS
+
+    run(body, behind=30)
+
+
+def test_close_ends_the_linger_and_writes_what_was_sent() -> None:
+    async def body(w: DirectoryWriter, g: FakeGossip) -> None:
+        w.send([op("a")])
+        await asyncio.sleep(0.01)
+        await asyncio.wait_for(w.close(), 1)
+        assert g.puts == [["a"]]
+
+    run(body, behind=30)
