@@ -152,13 +152,14 @@ class JournalEngine(Engine):
     # -- start-up --------------------------------------------------------------
 
     def _open(self) -> None:
+        # an LMDB table from before this engine: imported below, or already in the
+        # snapshot by a process that died before renaming it aside
+        self._pending_import = (self.path / "data.mdb").exists()
         snap = self.path / "table.snap"
         if snap.exists():
             self._gen, self.table = decode_snapshot(snap.read_bytes())
             self._bytes = sum(len(k) + len(v) for k, v in self.table.items())
             self._drop_stale_journals()
-            # imported, and the process died before renaming it aside
-            self._pending_import = (self.path / "data.mdb").exists()
             journal = self._journal_path(self._gen)
             if not journal.exists():  # the snapshot was renamed in; its journal is new
                 self._compact()
@@ -179,7 +180,7 @@ class JournalEngine(Engine):
 
     def _import_lmdb(self) -> dict[bytes, bytes]:
         """The LMDB engine's table, if this directory still holds one."""
-        if not (self.path / "data.mdb").exists():
+        if not self._pending_import:
             return {}
         from services.registry.engines.lmdb_engine import LmdbEngine
 
@@ -188,9 +189,7 @@ class JournalEngine(Engine):
             items = dict(old.items())
         finally:
             old.close()
-        # written as a snapshot first (``_compact``), then renamed aside: see the docstring
-        self._pending_import = True
-        return items
+        return items  # written as a snapshot first (``_compact``), then renamed aside
 
     def _drop_stale_journals(self) -> None:
         for p in self.path.glob("journal.*"):

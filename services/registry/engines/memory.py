@@ -7,6 +7,7 @@ raises :class:`StoreError` and changes nothing, as a full map does. Passing one
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from services.registry.engines.base import Change, Engine, StoreError
@@ -19,12 +20,17 @@ class MemoryEngine(Engine):
         self.table: MemoryTable = {} if table is None else table
         self.limit_bytes = limit_bytes  # 0: unlimited
         self._closed = False
+        self._writing = threading.Lock()  # the contract: writes from several threads
 
     def items(self) -> list[tuple[bytes, bytes]]:
         self._check()
         return sorted(self.table.items())
 
     def write(self, changes: Sequence[Change]) -> None:
+        with self._writing:
+            self._write(changes)
+
+    def _write(self, changes: Sequence[Change]) -> None:
         self._check()
         after = dict(self.table)
         for key, value in changes:
