@@ -22,7 +22,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.support.clients import Client
+from tests.support.clients import Client, until_routed
 from tests.support.hook_server import HookServer
 from tests.support.node import Node, free_port, make_node, wait_for
 
@@ -564,6 +564,8 @@ def test_a_dead_on_deliver_endpoint_delivers_unchanged(bare: Node) -> None:
         pub = Client("wh-dead-pub", bare.mqtt_port, 4).connect()
         try:
             sub.subscribe("dead/#", qos=1)
+            # the two clients may sit in different listener processes
+            until_routed(pub, "dead/probe", [sub])
             for i in range(3):
                 pub.publish(f"dead/{i}", f"m{i}".encode(), qos=i % 2)
             got = [(m.topic, m.payload) for m in sub.take(3)]
