@@ -101,6 +101,7 @@ def main() -> int:
     ap.add_argument("--id-prefix", default="seq-", help="client ids are PREFIX0, PREFIX1, ...")
     ap.add_argument("--label", default="")
     ap.add_argument("--max-seconds", type=float, default=300.0)
+    ap.add_argument("--samples", help="also write each cycle's CONNACK and whole time (µs) here")
     args = ap.parse_args()
     connects: list[float] = []
     wholes: list[float] = []
@@ -123,6 +124,11 @@ def main() -> int:
         print(json.dumps({"label": args.label, "failures": failures}))
         return 1
     us = 1e6
+    if args.samples:
+        with open(args.samples, "w") as out:
+            out.writelines(
+                f"{c * us:.0f} {w * us:.0f}\n" for c, w in zip(connects, wholes, strict=True)
+            )
     print(
         json.dumps(
             {

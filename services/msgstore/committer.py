@@ -5,10 +5,13 @@ Theory of operation. Every writer (each listener's Stream, Open, Delete) calls
 pending jobs: when the first one arrives it waits at most ``max_delay`` (measured from
 that job's arrival, so time spent waiting behind the previous commit counts) for more,
 or until ``max_batch`` operations are pending, then hands the group to a single worker
-thread. It does not wait for streams that already have a batch pending: a listener
-sends its next batch only once this one is answered, so with every open stream waiting
-nothing more can join the group, and the delay would be pure latency, with the store
-and the listener both idle meanwhile.
+thread. It waits only for a *busy* stream, one that sent a batch within ``busy_for``
+and has none in the group: a listener sends its next batch only once this one is
+answered, so a stream already in the group sends nothing more, and one idle for that
+long is not about to; waiting for either would be pure latency, with the store and the
+listener both idle meanwhile. A lone call (an Open, a Delete: a session's
+CONNECT waits for it) is never waited for by itself: "send now if idle, gather while
+busy". Whatever arrives while the thread writes forms the next group anyway.
 The thread applies the whole group in one transaction and commits; with
 ``fsync = always`` it also syncs before returning, so no future resolves before its
 write is durable. Futures then resolve in submission order, which is the order the jobs
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -50,6 +54,7 @@ from services.msgstore.queue import QueueStore, failed_result
 
 POLICIES = ("always", "interval", "never")
 LOG_PERIOD = 1.0  # store.commit is sampled: at most one line per second
+BUSY_FOR = 0.02  # s after its last batch that a stream still counts as busy (waited for)
 
 
 @dataclass(slots=True)
@@ -78,6 +83,7 @@ class Committer:
         max_delay: float = 0.002,
         metrics: StoreMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        busy_for: float = BUSY_FOR,
     ) -> None:
         if fsync not in POLICIES:
             raise ValueError(f"fsync policy must be one of {POLICIES}, got {fsync!r}")
@@ -86,11 +92,12 @@ class Committer:
         self.interval = interval
         self.max_batch = max(1, max_batch)
         self.max_delay = max(0.0, max_delay)
+        self.busy_for = busy_for
         self.metrics = metrics
         self.clock = clock
         self._pending: deque[_Pending] = deque()
         self._pending_ops = 0
-        self._streams: set[object] = set()  # open streaming writers (see stream_opened)
+        self._streams: dict[object, float] = {}  # open streaming writers -> last batch sent
         self._wakeup = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -112,18 +119,21 @@ class Committer:
         if self._closing:
             future.set_result(failed_result(job, "msgstore is shutting down"))
             return future
-        self._pending.append(_Pending(job, future, self.clock(), stream))
+        now = self.clock()
+        self._pending.append(_Pending(job, future, now, stream))
+        if stream in self._streams:
+            self._streams[stream] = now
         self._pending_ops += job.ops
         self._wakeup.set()
         return future
 
     def stream_opened(self, stream: object) -> None:
         """A writer that will submit batch after batch: a group does not wait for it
-        while it has a job pending (see the module's docstring)."""
-        self._streams.add(stream)
+        while it has a job pending, nor once it is idle (see the module's docstring)."""
+        self._streams[stream] = -math.inf  # idle until its first batch
 
     def stream_closed(self, stream: object) -> None:
-        self._streams.discard(stream)
+        self._streams.pop(stream, None)
         self._wakeup.set()  # the group being gathered may have been waiting for it
 
     async def close(self) -> None:
@@ -173,12 +183,22 @@ class Committer:
     async def _gather(self) -> None:
         deadline = self._pending[0].arrived + self.max_delay
         while self._pending_ops < self.max_batch and not self._closing:
-            if self._streams and self._streams.issubset(p.writer for p in self._pending):
-                return  # every open stream waits for this group: nothing more will come
-            remaining = deadline - self.clock()
+            now = self.clock()
+            if not self._busy_elsewhere(now):
+                return  # nothing more is likely to come soon
+            remaining = deadline - now
             if remaining <= 0:
                 return
             await self._sleep(remaining)
+
+    def _busy_elsewhere(self, now: float) -> bool:
+        """Whether a busy stream (see the module's docstring) has no batch in the group."""
+        since = now - self.busy_for
+        busy = [s for s, last in self._streams.items() if last > since]
+        if not busy:
+            return False
+        writers = {p.writer for p in self._pending}
+        return any(s not in writers for s in busy)
 
     def _take(self) -> list[_Pending]:
         group = [self._pending.popleft()]

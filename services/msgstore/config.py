@@ -38,7 +38,8 @@ SETTINGS: list[Setting] = [
         "msgstore.max_batch_delay",
         "duration",
         "2ms",
-        "How long a group commit may wait to gather more writes (0 = never wait).",
+        "How long a group commit may wait for the next batch of a busy listener stream "
+        "(one that sent a batch within the last 20 ms) to gather more writes (0 = never wait).",
     ),
     Setting(
         "msgstore.map_size",

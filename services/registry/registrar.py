@@ -280,7 +280,9 @@ class Registrar:
                     reason="taken over on another node while registering",
                     reason_code=RC_SERVER_UNAVAILABLE,
                 )
-            plan = self.table.plan_register(c, self.clock(), claimed)
+            plan = self.table.plan_register(
+                c, self.clock(), claimed, only_node=len(self.cluster().members) <= 1
+            )
             epoch = plan.session.epoch
             writes: list[Step] = []
             behind: OpenQueue | None = None  # the queue Open made after the answer

@@ -173,6 +173,9 @@ class Plan:
     previous: Session | None
     session_present: bool
     max_len: int
+    # No other node can have held the id (alone, no claimed epoch): nothing of it exists
+    # outside this table.
+    only_node: bool = False
 
     @property
     def keeps_queue(self) -> bool:
@@ -212,7 +215,10 @@ class Plan:
         elif prev is not None and prev.queued:
             out.append(DeleteQueue(s.key, s.epoch, "clean start"))
         if s.durable:
-            out.append(PublishSession(s.key, s, drop_subs=not self.session_present))
+            # Nothing to drop for an id that never lived anywhere but in this table: no
+            # subscriptions outlive the session that made them (see above).
+            drop = not self.session_present and (prev is not None or not self.only_node)
+            out.append(PublishSession(s.key, s, drop_subs=drop))
         elif prev is not None:
             out.append(PublishSession(s.key, None, drop_subs=True, directory=prev.durable))
         return out
@@ -281,15 +287,19 @@ class SessionTable:
         """Never issue an epoch at or below ``floor`` (seen in storage or another service)."""
         self.epoch = max(self.epoch, floor)
 
-    def plan_register(self, c: Connect, now_us: int, epoch: int = 0) -> Plan:
+    def plan_register(
+        self, c: Connect, now_us: int, epoch: int = 0, only_node: bool = True
+    ) -> Plan:
         """Decide a registration; advances the epoch counter, changes no session yet.
 
         ``epoch``: the one the cluster's directory gave this registration (0: alone, take
         the next). It is above every epoch this table had issued when the claim began,
-        and the id's lock kept its session from changing since."""
+        and the id's lock kept its session from changing since. ``only_node``: this node
+        has no other member (a minority side registering during a netsplit has some)."""
         prev = self._sessions.get(c.key)
         resumable = prev is not None and prev.persistent and not prev.expired(now_us)
         present = resumable and not c.clean_start
+        only_node = only_node and not epoch
         if epoch:
             if prev is not None and epoch <= prev.epoch:
                 raise ValueError(f"epoch {epoch} is not above the session's {prev.epoch}")
@@ -311,7 +321,7 @@ class SessionTable:
             username=c.username,
             queued=expiry > 0 or present,
         )
-        return Plan(session, prev, present, self.policy.max_online_len)
+        return Plan(session, prev, present, self.policy.max_online_len, only_node)
 
     def demote(self, key: SessionKey) -> None:
         """The session here is stale (another node owned the id since): it is never resumed;

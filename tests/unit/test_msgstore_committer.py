@@ -81,42 +81,53 @@ def test_max_batch_bounds_a_group_but_never_splits_a_job() -> None:
     run(body, max_batch=6, max_delay=0.05)
 
 
-def test_the_delay_gathers_jobs_that_arrive_later() -> None:
+def test_the_delay_gathers_a_busy_streams_batch_that_arrives_later() -> None:
     async def body(c: Committer, engine: MemoryEngine) -> None:
+        a, b = object(), object()
+        c.stream_opened(a)
+        c.stream_opened(b)
+        await c.submit(batch(0), b)  # b is busy from now on
+        groups = c.groups
         start = time.monotonic()
-        first = c.submit(batch(1))
+        first = c.submit(batch(1), a)
         await asyncio.sleep(0.05)
-        second = c.submit(batch(2))
+        second = c.submit(batch(2), b)
         await asyncio.gather(first, second)
-        assert c.groups == 1
+        assert c.groups == groups + 1
         assert 0.05 <= time.monotonic() - start < 2.0
 
-    run(body, max_delay=0.3)
+    run(body, max_delay=0.3, busy_for=5.0)
 
 
 def test_no_delay_commits_without_waiting() -> None:
     async def body(c: Committer, engine: MemoryEngine) -> None:
+        a, b = object(), object()
+        c.stream_opened(a)
+        c.stream_opened(b)
+        await c.submit(batch(0), b)
         start = time.monotonic()
         for i in range(5):
-            await c.submit(batch(i))
-        assert c.groups == 5
+            await c.submit(batch(i), a)
+        assert c.groups == 6
         assert time.monotonic() - start < 1.0
 
-    run(body, max_delay=0)
+    run(body, max_delay=0, busy_for=5.0)
 
 
-def test_a_group_does_not_wait_once_every_open_stream_has_a_batch_in_it() -> None:
+def test_a_group_waits_only_for_a_busy_stream_with_nothing_in_it() -> None:
     """A listener sends its next batch only when this one is answered: waiting for more
-    from it is pure latency. A stream with nothing pending is still waited for."""
+    from a stream already in the group is pure latency. A busy stream with nothing
+    pending is waited for."""
 
     async def body(c: Committer, engine: MemoryEngine) -> None:
         a, b = object(), object()
         c.stream_opened(a)
         c.stream_opened(b)
+        await c.submit(batch(0), b)  # b is busy from now on
         start = time.monotonic()
         await c.submit(batch(1), a)
         waited = time.monotonic() - start
-        assert waited >= 0.25, f"stream b had nothing pending: the group waits ({waited:.3f}s)"
+        assert waited >= 0.25, f"busy stream b had nothing pending: the group waits ({waited:.3f}s)"
         start = time.monotonic()
         both = [c.submit(batch(2), a), c.submit(batch(3), b)]
         await asyncio.gather(*both)
@@ -125,9 +136,32 @@ def test_a_group_does_not_wait_once_every_open_stream_has_a_batch_in_it() -> Non
         start = time.monotonic()
         await c.submit(batch(4), a)
         assert time.monotonic() - start < 0.2, "the only open stream waited: no delay"
-        assert c.groups == 3
+        assert c.groups == 4
 
-    run(body, max_delay=0.3)
+    run(body, max_delay=0.3, busy_for=5.0)
+
+
+def test_an_idle_stream_and_a_lone_call_are_not_waited_for() -> None:
+    """Send now if idle: a CONNECT waits for its queue's Open, and nothing else is coming."""
+
+    async def body(c: Committer, engine: MemoryEngine) -> None:
+        a, b = object(), object()
+        c.stream_opened(a)
+        c.stream_opened(b)
+        start = time.monotonic()
+        await c.submit(OpenQueue(("", "c2"), 1, create=True))  # a lone call, both idle
+        await c.submit(batch(1), a)  # b never sent anything
+        assert time.monotonic() - start < 0.25, "waited for streams that sent nothing"
+        await c.submit(batch(2), b)
+        start = time.monotonic()
+        await c.submit(batch(3), a)  # b sent just now: busy, waited for
+        assert time.monotonic() - start >= 0.25
+        await asyncio.sleep(0.6)  # both idle for longer than busy_for
+        start = time.monotonic()
+        await c.submit(OpenQueue(("", "c3"), 1, create=True))
+        assert time.monotonic() - start < 0.25, "waited for a stream idle past busy_for"
+
+    run(body, max_delay=0.3, busy_for=0.5)
 
 
 def test_closing_the_stream_a_group_waits_for_ends_the_wait() -> None:
@@ -135,6 +169,7 @@ def test_closing_the_stream_a_group_waits_for_ends_the_wait() -> None:
         a, b = object(), object()
         c.stream_opened(a)
         c.stream_opened(b)
+        await c.submit(batch(0), b)
         start = time.monotonic()
         first = c.submit(batch(1), a)
         await asyncio.sleep(0.05)
@@ -142,7 +177,7 @@ def test_closing_the_stream_a_group_waits_for_ends_the_wait() -> None:
         await first
         assert time.monotonic() - start < 1.5, "waited the whole delay for a closed stream"
 
-    run(body, max_delay=3.0)
+    run(body, max_delay=3.0, busy_for=30.0)
 
 
 def test_fsync_always_syncs_every_group_before_any_result() -> None:

@@ -150,15 +150,31 @@ def test_effective_expiry(ver: int, requested: int, policy: Policy, expected: in
 # -- session present and the steps of a registration -------------------------------------
 
 
-def test_first_registration_wipes_whatever_an_unknown_id_left_behind() -> None:
+def test_a_first_registration_alone_opens_a_clean_queue_and_drops_nothing() -> None:
+    """No subscriptions outlive the session that made them, so an id the table does not
+    hold has none: the record is written without a drop, which nobody waits for."""
     t = SessionTable(Policy(max_offline_messages=50, max_online_len=120))
     plan = t.plan_register(connect(), T0)
     assert not plan.session_present and plan.keeps_queue
     e = plan.session.epoch
     assert plan.steps() == [
         OpenQueue(K, e, clean=True, max_len=120),  # online: the online limit applies
+        PublishSession(K, plan.session, drop_subs=False),
+    ]
+
+
+def test_a_first_registration_in_a_cluster_wipes_what_another_node_left_behind() -> None:
+    """The directory gave the epoch: the id may have lived on another node, with
+    subscriptions in gossip that this table never saw."""
+    t = SessionTable(Policy(max_offline_messages=50, max_online_len=120))
+    plan = t.plan_register(connect(), T0, epoch=40)
+    assert plan.steps() == [
+        OpenQueue(K, 40, clean=True, max_len=120),
         PublishSession(K, plan.session, drop_subs=True),
     ]
+    # a minority side registering during a netsplit: no claim, other members all the same
+    tentative = t.plan_register(connect(key=("", "k2")), T0, only_node=False)
+    assert tentative.steps()[-1] == PublishSession(("", "k2"), tentative.session, drop_subs=True)
 
 
 def test_a_clean_session_replacing_nothing_needs_no_step() -> None:
