@@ -169,6 +169,9 @@ class Registrar:
             backends.replica_set = self.replica_set
         self.queues = QueueCalls(backends, self._refused_behind)
         self.takeovers = Takeovers(hub, settings.takeover_timeout, metrics)
+        # (id, epoch) -> set once the end its listener reported is in the table (see
+        # ``disconnected``): a CONNECT meanwhile waits for it instead of taking over.
+        self._ending: dict[tuple[SessionKey, int], asyncio.Event] = {}
         self.claims: ClusterClaims | None = None  # server.py, when the node may join a cluster
         self.listing: ClusterListing | None = None
         self._registrations = metrics.counter(
@@ -270,6 +273,7 @@ class Registrar:
                 except StoreError as exc:
                     return self._store_failed("register", exc)
         async with self.locks.hold(c.key):
+            await self._end_reported(c.key)
             newest = not claimed or self._newest(c.key, claimed)
             if claimed and self.claims is not None:
                 self.claims.settled(c.key, claimed, newest)
@@ -328,6 +332,16 @@ class Registrar:
                 # its queue is replayed there.
                 self.hub.broadcast(moved_command(c.key, c.route))
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
+
+    async def _end_reported(self, key: SessionKey) -> None:
+        """The id's connection already reported its end, still being recorded: a client
+        that reconnects right after its DISCONNECT resumes its session, it does not take
+        it over (no command to the old listener, no ``session.takeover``)."""
+        current = self.table.get(key)
+        if current is not None:
+            ending = self._ending.get((key, current.epoch))
+            if ending is not None:
+                await ending.wait()
 
     async def all_delivered(self, key: SessionKey, epoch: int) -> None:
         """The old connection's end was not confirmed: it may have sent entries whose
@@ -440,10 +454,18 @@ class Registrar:
             and current.online
             and current.persistent
             and not self.takeovers.waited_for(key, epoch)
+            and (key, epoch) not in self._ending
         ):
-            with suppress(BackendError):  # logged; the online limit stays until the next Open
-                await self.queues.limit(key, epoch, self.table.policy.max_offline_messages)
-        session = self.table.disconnected(key, epoch, session_expiry, self.clock())
+            ending = self._ending[(key, epoch)] = asyncio.Event()
+            try:
+                with suppress(BackendError):  # logged; the online limit stays until the next Open
+                    await self.queues.limit(key, epoch, self.table.policy.max_offline_messages)
+                session = self.table.disconnected(key, epoch, session_expiry, self.clock())
+            finally:
+                del self._ending[(key, epoch)]
+                ending.set()
+        else:
+            session = self.table.disconnected(key, epoch, session_expiry, self.clock())
         if session is None:
             self._stale.inc()
             if drop_subs and self.table.get(key) is None:

@@ -56,6 +56,7 @@ class CallLog:
     puts_open: threading.Event = field(default_factory=threading.Event)  # clear: Puts hang
     opens_open: threading.Event = field(default_factory=threading.Event)  # clear: Opens hang
     store_epoch: int = 0  # Opens below this epoch are refused, as by a store ahead of us
+    opens_arrived: int = 0  # Opens received, answered or hanging
 
     def __post_init__(self) -> None:
         self.puts_open.set()
@@ -83,6 +84,8 @@ class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
         self.calls = calls
 
     def Open(self, request: Any, context: Any) -> Any:
+        with self.calls.lock:
+            self.calls.opens_arrived += 1
         self.calls.opens_open.wait(TIMEOUT)
         self.calls.add("Open", request)
         if self.calls.fail_open:
@@ -199,6 +202,9 @@ class Watch:
 
     def next(self, timeout: float = TIMEOUT) -> Any:
         return self.commands.get(timeout=timeout)
+
+    def pending(self) -> int:
+        return self.commands.qsize()
 
     def close(self) -> None:
         self._call.cancel()
@@ -742,6 +748,38 @@ def test_a_resumed_sessions_queue_opens_behind_the_answer_and_before_its_next_ca
     ended.join(TIMEOUT)
     opens = [(o.epoch, o.max_len, o.create) for o in node.calls.of("Open")[-2:]]
     assert opens == [(resumed.epoch, 1020, True), (resumed.epoch, 1000, False)]
+
+
+def test_a_reconnect_while_its_end_is_still_recorded_resumes_without_a_takeover(
+    make_node: Callable[..., Node],
+) -> None:
+    """A client that reconnects right after its DISCONNECT: the registry is still setting
+    its queue's offline limit when the CONNECT comes. The CONNECT waits for that end; it
+    does not send the old listener a takeover nor log one."""
+    node = make_node()
+    w = node.watch("L1")
+    first = node.register("q1")
+    node.calls.opens_open.clear()  # the offline limit hangs in the store
+    ended = threading.Thread(
+        target=lambda: node.disconnected("q1", first.epoch, session_expiry=NEVER)
+    )
+    ended.start()
+    wait_for(lambda: node.calls.opens_arrived == 2, "the offline limit under way")
+    result: dict[str, Any] = {}
+    again = threading.Thread(target=lambda: result.update(r=node.register("q1")))
+    again.start()
+    time.sleep(0.3)
+    assert again.is_alive() and ended.is_alive()
+    node.calls.opens_open.set()
+    ended.join(TIMEOUT)
+    again.join(TIMEOUT)
+    reply = result["r"]
+    assert reply.ok and reply.session_present and reply.epoch > first.epoch
+    assert w.pending() == 0  # no takeover command went to L1
+    assert node.events("session.takeover") == []
+    wait_for(lambda: node.calls.of("Open")[-1].epoch == reply.epoch, "the resume's Open")
+    opens = [(o.epoch, o.max_len) for o in node.calls.of("Open")[-2:]]
+    assert opens == [(first.epoch, 1000), (reply.epoch, 1020)]  # the limit, then the resume
 
 
 def test_a_store_that_refuses_a_resumed_epoch_closes_its_connection(
