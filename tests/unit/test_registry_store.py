@@ -16,6 +16,7 @@ from services.common.metrics import MetricsRegistry
 from services.registry.committer import (
     INLINE_BACKOFF,
     INLINE_OPS,
+    INLINE_STALL,
     INLINE_UNDER,
     Committer,
     InlinePolicy,
@@ -215,10 +216,28 @@ def test_small_writes_go_on_the_loop_until_one_is_slow() -> None:
     assert not where.inline(INLINE_OPS + 1, 0.0)  # busy: the thread, the loop goes on
     where.took(INLINE_UNDER / 2, 0.0)
     assert where.inline(1, 0.1)
-    where.took(INLINE_UNDER * 2, 10.0)  # a slow flush: the loop waited for one, no more
+    where.took(INLINE_UNDER * 2, 1.0)  # one flush slower than usual: still the loop
+    assert where.inline(1, 1.0)
+    where.took(INLINE_STALL * 2, 10.0)  # a stalled flush: the loop waited for one, no more
     assert not where.inline(1, 10.0)
     assert not where.inline(1, 10.0 + INLINE_BACKOFF - 0.01)
     assert where.inline(1, 10.0 + INLINE_BACKOFF)
+
+
+def test_a_disk_that_stays_slow_moves_the_writes_to_the_thread_until_it_is_fast() -> None:
+    where = InlinePolicy()
+    now = 0.0
+    slow = 0
+    while where.inline(1, now):
+        where.took(INLINE_UNDER * 3, now)  # each below a stall, all above the usual
+        slow += 1
+        now += 0.01
+        assert slow < 50, "a slow disk never left the loop"
+    assert slow > 1  # not for the first one
+    for _ in range(200):  # the thread's writes are fast again
+        where.took(INLINE_UNDER / 10, now)
+        now += 0.01
+    assert where.inline(1, now + INLINE_BACKOFF)
 
 
 def test_a_slow_engine_moves_the_commits_off_the_loop() -> None:
@@ -228,7 +247,7 @@ def test_a_slow_engine_moves_the_commits_off_the_loop() -> None:
     class Slow(MemoryEngine):
         def write(self, changes: Sequence[Change]) -> None:
             threads.append(threading.current_thread().name)
-            time.sleep(INLINE_UNDER * 2)
+            time.sleep(INLINE_STALL * 1.5)
             super().write(changes)
 
     async def go() -> None:
