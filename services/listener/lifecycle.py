@@ -201,7 +201,7 @@ class Lifecycle:
                         )
                     )
                     after = entry.seq
-                if len(reply.entries) < READ_PAGE:
+                if not reply.more:  # not the count: a page of large messages is short
                     break
         except CallFailed as exc:
             rpc_failed("msgstore", "Read", exc, "error")

@@ -237,6 +237,7 @@ Result = BatchResult | QueueState | Collected | ReplicaState
 class ReadResult:
     entries: list[tuple[int, bytes]]
     state: QueueState
+    more: bool = False  # live entries follow the last one (the page was cut)
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,13 +171,15 @@ class QueueStore:
                 return ReadResult([], refused)
             out: list[tuple[int, bytes]] = []
             size = 0
+            more = False
             start, end = keys.entries_after(sess, max(after_seq, meta.acked))
             for key, value in txn.scan(ENTRIES, start, end):
                 if len(out) >= limit or (out and size + len(value) > max_bytes):
+                    more = True
                     break
                 out.append((keys.seq_of(key), value))
                 size += len(value)
-            return ReadResult(out, queue_state(txn, sid, sess, meta))
+            return ReadResult(out, queue_state(txn, sid, sess, meta), more)
 
     def state(self, sid: SessionKey) -> QueueState:
         return self.read(sid, 0, keys.SEQ_MAX).state

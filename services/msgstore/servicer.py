@@ -277,7 +277,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         except StoreError as exc:
             log.emit("store.error", "warning", op="read", reason=str(exc))
             return msgstore_pb2.ReadReply(state=state_to_pb(QueueState(sid, error=str(exc))))
-        reply = msgstore_pb2.ReadReply(state=state_to_pb(found.state))
+        reply = msgstore_pb2.ReadReply(state=state_to_pb(found.state), more=found.more)
         for seq, data in found.entries:
             entry = reply.entries.add(seq=seq)
             entry.delivery.MergeFromString(data)

@@ -311,12 +311,14 @@ class QueueEntry(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, _Mapping]] = ...) -> None: ...
 
 class ReadReply(_message.Message):
-    __slots__ = ("entries", "state")
+    __slots__ = ("entries", "state", "more")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[QueueEntry]
     state: QueueState
-    def __init__(self, entries: _Optional[_Iterable[_Union[QueueEntry, _Mapping]]] = ..., state: _Optional[_Union[QueueState, _Mapping]] = ...) -> None: ...
+    more: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[QueueEntry, _Mapping]]] = ..., state: _Optional[_Union[QueueState, _Mapping]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("key", "epoch", "reason")

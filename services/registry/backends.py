@@ -214,7 +214,7 @@ class Backends:
             if reply.state.error:
                 raise self._refuse("Read", reply.state)
             entries.extend(reply.entries)
-            if len(reply.entries) < READ_PAGE:
+            if not reply.more:  # not the count: a page of large messages is short
                 return entries, reply.state
             after = reply.entries[-1].seq
 

@@ -327,3 +327,25 @@ def test_offline_messages_delivered_in_order(node: Node) -> None:
     sub.no_packet()
     sub.disconnect()
     pub.disconnect()
+
+
+def test_an_offline_queue_larger_than_one_read_is_replayed_whole(node: Node) -> None:
+    """A resume reads the queue in pages, and the store cuts a page at 16 MB whatever the
+    entry count: 900 messages of 24 KB (21.6 MB) take two pages of fewer entries than
+    asked for, and every message is replayed, in order."""
+    t = unique("big")
+    cid = unique()
+    sub, _ = connected(node.mqtt_port, cid, 4, clean=False)
+    sub.subscribe(t, 1)
+    sub.disconnect()
+    pub, _ = connected(node.mqtt_port, unique(), 4)
+    filler = b"x" * 24_000
+    for i in range(900):
+        pub.publish(t, b"%05d" % i + filler, qos=1)
+    pub.disconnect()
+    sub, ack = connected(node.mqtt_port, cid, 4, clean=False)
+    assert ack.session_present
+    got = [sub.receive().payload[:5] for _ in range(900)]
+    assert got == [b"%05d" % i for i in range(900)]
+    sub.no_packet()
+    sub.disconnect()

@@ -338,6 +338,25 @@ def test_read_after_seq_and_limits(h: Harness) -> None:
     assert h.store.read(C1, 0, 2**64 - 1).entries == []
 
 
+def test_a_read_says_whether_live_entries_follow_its_page(h: Harness) -> None:
+    """A reader pages on ``more``, not on the count: a page cut by size is short."""
+    h.open(create=True)
+    h.append(*(bytes([65 + i]) * 10 for i in range(10)))
+    assert not h.store.read(C1, 0, 0).more
+    assert h.store.read(C1, 0, 0, max_entries=3).more
+    assert not h.store.read(C1, 0, 0, max_entries=10).more  # exactly the rest
+    cut = h.store.read(C1, 0, 0, max_bytes=25)
+    assert len(cut.entries) == 2 and cut.more
+    after, pages = 0, 0
+    while True:
+        page = h.store.read(C1, 0, after, max_bytes=25)
+        pages += 1
+        after = page.entries[-1][0]
+        if not page.more:
+            break
+    assert (after, pages) == (10, 5)
+
+
 def test_queues_pages_existing_queues_in_key_order_without_tombstones(h: Harness) -> None:
     names = [("", f"q{i}") for i in range(5)] + [("mp", "a")]
     for sid in names:

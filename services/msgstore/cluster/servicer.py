@@ -107,7 +107,8 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
         page = request.max_entries or FETCH_PAGE
         found = await asyncio.to_thread(self.store.read, sid, 0, request.after_seq, page)
         last = copy.log.last()[1]
-        upto = found.entries[-1][0] if len(found.entries) >= page else last
+        # a page cut short (by count or by size) answers only up to its last entry
+        upto = found.entries[-1][0] if found.more else last
         held = dict(found.entries)
         st = found.state
         reply = msgstore_pb2.FetchReply(
