@@ -5,12 +5,14 @@ here the stored copy must follow them and survive a restart."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from services.common.session_key import SessionKey
 from services.msgstore.cluster.replicator import probe
+from services.msgstore.cluster.servicer import ReplicaServicer
 from services.msgstore.engines.base import Engine
 from services.msgstore.engines.lmdb_engine import LmdbEngine
 from services.msgstore.engines.memory import MemoryEngine
@@ -31,6 +33,7 @@ from services.msgstore.queue import DBS, QueueStore
 from services.msgstore.replica_reads import read_copy, read_entries, replicated_here
 from services.msgstore.replication.log import Appended, Refused
 from services.msgstore.replication.primary import Primary
+from services.pb import common_pb2, msgstore_pb2
 
 C1: SessionKey = ("", "c1")
 
@@ -361,3 +364,26 @@ def test_a_fence_reports_the_set_the_copys_primary_fed_it_as(kind: str, tmp_path
     assert b.job(FenceQueue(C1, 2)).replicas == ("a", "b", "c")
     assert a.job(FenceQueue(C1, 3)).replicas == ("a", "b", "c")
     assert Node("c", kind, tmp_path).job(FenceQueue(C1, 3)).replicas == ()
+
+
+def test_a_fetch_cut_by_size_answers_only_the_positions_it_read(kind: str, tmp_path: Path) -> None:
+    """A failover copies a queue from a replica page by page. A page cut at 16 MB must
+    end at its last message: a position past it sent without its message would be taken
+    for an acknowledged one, and the message lost."""
+    a = Node("a", kind, tmp_path)
+    a.open(1, ("a", "b"))
+    mb = 1024 * 1024
+    a.append(*(bytes([65 + i]) * mb for i in range(17)))  # 17 MB: two pages
+    servicer = ReplicaServicer(a.store, None, None)  # type: ignore[arg-type]
+
+    def fetch(after: int) -> msgstore_pb2.FetchReply:
+        request = msgstore_pb2.FetchRequest(
+            key=common_pb2.SessionKey(mountpoint=C1[0], client_id=C1[1]), epoch=1, after_seq=after
+        )
+        return asyncio.run(servicer.Fetch(request, None))
+
+    first = fetch(0)
+    assert first.last_seq == 17 and len(first.entries) == 16
+    assert all(len(e.delivery) == mb for e in first.entries)
+    rest = fetch(first.entries[-1].seq)
+    assert [(e.seq, len(e.delivery)) for e in rest.entries] == [(17, mb)]
