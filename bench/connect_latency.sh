@@ -3,7 +3,9 @@
 # fresh Mosquitto and a fresh ternmq node on loopback, one client at a time, for three cycles:
 #   clean     CONNECT (clean session) -> CONNACK -> DISCONNECT
 #   persist   the same with clean session 0 (ternmq: msgstore.fsync = always, the default;
-#             Mosquitto: persistence off, as in run.sh)
+#             Mosquitto: persistence off, as in run.sh), over 100 client ids in turn
+#   reconnect persist with one client id, again and again: a device on a flaky link, a
+#             `mosquitto_pub -i ID -c` loop (each CONNECT resumes what the last one left)
 #   publish   CONNECT -> CONNACK -> PUBLISH QoS 1 -> PUBACK -> DISCONNECT (mosquitto_pub)
 # COUNT cycles each (default 2000, after 50 of warm-up). Prints a table of p50/p99 with the
 # ratios and the issue's targets, and writes one JSON line per run to
@@ -86,7 +88,8 @@ metrics() {  # the counters this script reads, as JSON ({} for Mosquitto)
   curl -s -m 5 "127.0.0.1:$TERNMQ_HTTP/metrics" | python3 -c '
 import json, sys
 want = ("registry_commits_total", "registry_commit_seconds_total", "msgstore_commits_total",
-        "gossip_commits_total", "msgstore_fsync_seconds_count", "msgstore_fsync_seconds_sum")
+        "gossip_commits_total", "msgstore_fsync_seconds_count", "msgstore_fsync_seconds_sum",
+        "registry_takeovers_total")
 out = {}
 for line in sys.stdin:
     name, _, value = line.partition(" ")
@@ -101,6 +104,7 @@ run_cycles() {  # BROKER SCENARIO ROUND
   case $s in
     clean) args="--clean 1" ;;
     persist) args="--clean 0" ;;
+    reconnect) args="--clean 0 --ids 1" ;;
     publish) args="--clean 1 --publish" ;;
   esac
   m0=$(metrics "$b")
@@ -124,6 +128,8 @@ if m1 and cycles:
         k.split("_")[0]: round(delta.get(k, 0.0) / cycles, 2)
         for k in ("registry_commits_total", "msgstore_commits_total", "gossip_commits_total")
     }
+    # a client that reconnects after its DISCONNECT resumes; it takes nothing over
+    row["takeovers_per_cycle"] = round(delta.get("registry_takeovers_total", 0.0) / cycles, 2)
     n = delta.get("registry_commits_total", 0.0)
     if n:
         row["registry_commit_mean_us"] = round(delta["registry_commit_seconds_total"] / n * 1e6)
@@ -142,7 +148,7 @@ for r in $(seq 1 "$ROUNDS"); do
   for b in $order; do
     d="$SCRATCH/$STAMP-$b-$r"; mkdir -p "$d"
     "start_$b" "$d" || { stop_main; die "could not start $b (see $d)"; }
-    for s in clean persist publish; do run_cycles "$b" "$s" "$r"; done
+    for s in clean persist reconnect publish; do run_cycles "$b" "$s" "$r"; done
     stop_main
   done
 done
@@ -158,11 +164,13 @@ targets = {
     "clean": ("connack_p50_us", lambda t, m: t <= 500, "p50 <= 500 us"),
     "persist": ("connack_p50_us", lambda t, m: fsync is not None and t <= fsync + 500,
                 f"p50 <= one registry commit ({fsync} us) + 500 us"),
+    "reconnect": ("connack_p50_us", lambda t, m: fsync is not None and t <= fsync + 500,
+                  f"p50 <= one registry commit ({fsync} us) + 500 us"),
     "publish": ("cycle_p50_us", lambda t, m: t <= 2 * m, "cycle p50 <= 2x Mosquitto"),
 }
 print("| cycle | figure | Mosquitto | ternmq | ternmq / Mosquitto | target | met |")
 print("|---|---|---|---|---|---|---|")
-for s in ("clean", "persist", "publish"):
+for s in ("clean", "persist", "reconnect", "publish"):
     key, ok, text = targets[s]
     for k in ("connack_p50_us", "connack_p99_us", "cycle_p50_us", "cycle_p99_us"):
         m, t = med("mosquitto", s, k), med("ternmq", s, k)
@@ -175,7 +183,8 @@ for r in rows:
     if r["broker"] == "ternmq" and "commits_per_cycle" in r:
         print(f"ternmq {r['scenario']} round {r['round']}: write transactions per cycle "
               f"{r['commits_per_cycle']}; mean registry commit {r.get('registry_commit_mean_us')} µs,"
-              f" msgstore fsync {r.get('msgstore_fsync_mean_us')} µs")
+              f" msgstore fsync {r.get('msgstore_fsync_mean_us')} µs;"
+              f" takeovers per cycle {r.get('takeovers_per_cycle')}")
 bad = [r for r in rows if r.get("failures") or "error" in r]
 for r in bad:
     print(f"{r['broker']} {r['scenario']}: failures {r.get('failures')} {r.get('error', '')}")
