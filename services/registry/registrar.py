@@ -169,9 +169,6 @@ class Registrar:
             backends.replica_set = self.replica_set
         self.queues = QueueCalls(backends, self._refused_behind)
         self.takeovers = Takeovers(hub, settings.takeover_timeout, metrics)
-        # (id, epoch) -> set once the end its listener reported is in the table (see
-        # ``disconnected``): a CONNECT meanwhile waits for it instead of taking over.
-        self._ending: dict[tuple[SessionKey, int], asyncio.Event] = {}
         self.claims: ClusterClaims | None = None  # server.py, when the node may join a cluster
         self.listing: ClusterListing | None = None
         self._registrations = metrics.counter(
@@ -273,7 +270,6 @@ class Registrar:
                 except StoreError as exc:
                     return self._store_failed("register", exc)
         async with self.locks.hold(c.key):
-            await self._end_reported(c.key)
             newest = not claimed or self._newest(c.key, claimed)
             if claimed and self.claims is not None:
                 self.claims.settled(c.key, claimed, newest)
@@ -332,16 +328,6 @@ class Registrar:
                 # its queue is replayed there.
                 self.hub.broadcast(moved_command(c.key, c.route))
             return RegisterResult(True, epoch, plan.session_present, plan.keeps_queue)
-
-    async def _end_reported(self, key: SessionKey) -> None:
-        """The id's connection already reported its end, still being recorded: a client
-        that reconnects right after its DISCONNECT resumes its session, it does not take
-        it over (no command to the old listener, no ``session.takeover``)."""
-        current = self.table.get(key)
-        if current is not None:
-            ending = self._ending.get((key, current.epoch))
-            if ending is not None:
-                await ending.wait()
 
     async def all_delivered(self, key: SessionKey, epoch: int) -> None:
         """The old connection's end was not confirmed: it may have sent entries whose
@@ -443,29 +429,25 @@ class Registrar:
         ``drop_subs`` False: the listener says the connection never subscribed, so a session
         ending with it has no subscriptions to delete.
 
-        A persistent session's queue gets its offline limit *before* the session is marked
-        offline, so whoever sees it offline (``session show``, a publisher's next message)
-        also sees the limit in force. Not for a takeover: the new registration sets its own.
+        The session is offline at once, so a client that reconnects right after its
+        DISCONNECT resumes it without waiting, and takes nothing over (no command to the
+        old listener, no ``session.takeover``). Its queue's offline limit follows behind,
+        before the id's next queue call (the resume's Open sets the online one after it):
+        for the store's round trip a publisher's copy may still find the online limit
+        (``max_online_messages`` plus the inflight window) in force. Not for a takeover:
+        the new registration sets its own.
         """
         current = self.table.get(key)
-        if (
+        offline_limit = (
             current is not None
             and current.epoch == epoch
             and current.online
             and current.persistent
             and not self.takeovers.waited_for(key, epoch)
-            and (key, epoch) not in self._ending
-        ):
-            ending = self._ending[(key, epoch)] = asyncio.Event()
-            try:
-                with suppress(BackendError):  # logged; the online limit stays until the next Open
-                    await self.queues.limit(key, epoch, self.table.policy.max_offline_messages)
-                session = self.table.disconnected(key, epoch, session_expiry, self.clock())
-            finally:
-                del self._ending[(key, epoch)]
-                ending.set()
-        else:
-            session = self.table.disconnected(key, epoch, session_expiry, self.clock())
+        )
+        session = self.table.disconnected(key, epoch, session_expiry, self.clock())
+        if offline_limit and session is not None:
+            self.queues.limit_behind(key, epoch, self.table.policy.max_offline_messages)
         if session is None:
             self._stale.inc()
             if drop_subs and self.table.get(key) is None:

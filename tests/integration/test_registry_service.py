@@ -735,48 +735,46 @@ def test_a_resumed_sessions_queue_opens_behind_the_answer_and_before_its_next_ca
     first = node.register("o1")
     assert node.disconnected("o1", first.epoch, session_expiry=NEVER)
     wait_for(lambda: node.calls.of("Open")[-1].max_len == 1000, "the offline limit")
+    arrived = node.calls.opens_arrived
     node.calls.opens_open.clear()  # the store stops answering Opens
     resumed = node.register("o1")
     assert resumed.ok and resumed.session_present and resumed.persistent
-    ended = threading.Thread(
-        target=lambda: node.disconnected("o1", resumed.epoch, session_expiry=NEVER)
-    )
-    ended.start()
+    # the end is answered at once; its offline limit waits for the resume's Open
+    assert node.disconnected("o1", resumed.epoch, session_expiry=NEVER)
     time.sleep(0.3)
-    assert ended.is_alive()  # its offline limit waits for the resume's Open
+    assert node.calls.opens_arrived == arrived + 1  # the Open, hanging; not the limit
     node.calls.opens_open.set()
-    ended.join(TIMEOUT)
+    wait_for(lambda: len(node.calls.of("Open")) == arrived + 2, "the limit after the Open")
     opens = [(o.epoch, o.max_len, o.create) for o in node.calls.of("Open")[-2:]]
     assert opens == [(resumed.epoch, 1020, True), (resumed.epoch, 1000, False)]
 
 
-def test_a_reconnect_while_its_end_is_still_recorded_resumes_without_a_takeover(
+def test_a_reconnect_right_after_the_end_resumes_at_once_without_a_takeover(
     make_node: Callable[..., Node],
 ) -> None:
-    """A client that reconnects right after its DISCONNECT: the registry is still setting
-    its queue's offline limit when the CONNECT comes. The CONNECT waits for that end; it
-    does not send the old listener a takeover nor log one."""
-    node = make_node()
+    """A client that reconnects right after its DISCONNECT, while the store has not yet
+    answered the queue's offline limit: neither the end nor the CONNECT waits for it,
+    nothing is taken over (no command to the old listener, no event), and the limit
+    still reaches the store before the resume's Open."""
+    node = make_node(**{"registry.rpc_timeout": "30s"})  # a hanging store is never given up on
     w = node.watch("L1")
     first = node.register("q1")
-    node.calls.opens_open.clear()  # the offline limit hangs in the store
-    ended = threading.Thread(
-        target=lambda: node.disconnected("q1", first.epoch, session_expiry=NEVER)
-    )
-    ended.start()
-    wait_for(lambda: node.calls.opens_arrived == 2, "the offline limit under way")
+    node.calls.opens_open.clear()  # the store stops answering: the offline limit hangs
     result: dict[str, Any] = {}
-    again = threading.Thread(target=lambda: result.update(r=node.register("q1")))
-    again.start()
-    time.sleep(0.3)
-    assert again.is_alive() and ended.is_alive()
-    node.calls.opens_open.set()
-    ended.join(TIMEOUT)
-    again.join(TIMEOUT)
+
+    def end_then_reconnect() -> None:
+        result["ended"] = node.disconnected("q1", first.epoch, session_expiry=NEVER)
+        result["r"] = node.register("q1")
+
+    both = threading.Thread(target=end_then_reconnect)
+    both.start()
+    both.join(TIMEOUT / 2)  # the store hangs for TIMEOUT (10 s): neither may wait for it
+    assert not both.is_alive(), "the end or the CONNECT waited for the store"
     reply = result["r"]
-    assert reply.ok and reply.session_present and reply.epoch > first.epoch
+    assert result["ended"] and reply.ok and reply.session_present and reply.epoch > first.epoch
     assert w.pending() == 0  # no takeover command went to L1
     assert node.events("session.takeover") == []
+    node.calls.opens_open.set()
     wait_for(lambda: node.calls.of("Open")[-1].epoch == reply.epoch, "the resume's Open")
     opens = [(o.epoch, o.max_len) for o in node.calls.of("Open")[-2:]]
     assert opens == [(first.epoch, 1000), (reply.epoch, 1020)]  # the limit, then the resume
