@@ -310,41 +310,38 @@ def test_pubrel_resent_after_reconnect(node: Node) -> None:
     pub.disconnect()
 
 
-def test_offline_messages_delivered_in_order(node: Node) -> None:
-    """[MQTT-3.1.2-4] a persistent session keeps its subscriptions and receives the QoS 1
-    messages published while it was offline, in order (4.6)."""
+def _resumed_after(node: Node, payloads: list[bytes]) -> RawClient:
+    """A persistent session subscribed at QoS 1, offline while ``payloads`` are published
+    to its topic, then resumed (its CONNACK says the session is present)."""
     t = unique("t")
     cid = unique()
     sub, _ = connected(node.mqtt_port, cid, 4, clean=False)
     sub.subscribe(t, 1)
     sub.disconnect()
     pub, _ = connected(node.mqtt_port, unique(), 4)
-    for i in range(10):
-        pub.publish(t, b"%d" % i, qos=1)
+    for payload in payloads:
+        pub.publish(t, payload, qos=1)
+    pub.disconnect()
     sub, ack = connected(node.mqtt_port, cid, 4, clean=False)
     assert ack.session_present
+    return sub
+
+
+def test_offline_messages_delivered_in_order(node: Node) -> None:
+    """[MQTT-3.1.2-4] a persistent session keeps its subscriptions and receives the QoS 1
+    messages published while it was offline, in order (4.6)."""
+    sub = _resumed_after(node, [b"%d" % i for i in range(10)])
     assert [sub.receive().payload for _ in range(10)] == [b"%d" % i for i in range(10)]
     sub.no_packet()
     sub.disconnect()
-    pub.disconnect()
 
 
 def test_an_offline_queue_larger_than_one_read_is_replayed_whole(node: Node) -> None:
     """A resume reads the queue in pages, and the store cuts a page at 16 MB whatever the
     entry count: 900 messages of 24 KB (21.6 MB) take two pages of fewer entries than
     asked for, and every message is replayed, in order."""
-    t = unique("big")
-    cid = unique()
-    sub, _ = connected(node.mqtt_port, cid, 4, clean=False)
-    sub.subscribe(t, 1)
-    sub.disconnect()
-    pub, _ = connected(node.mqtt_port, unique(), 4)
     filler = b"x" * 24_000
-    for i in range(900):
-        pub.publish(t, b"%05d" % i + filler, qos=1)
-    pub.disconnect()
-    sub, ack = connected(node.mqtt_port, cid, 4, clean=False)
-    assert ack.session_present
+    sub = _resumed_after(node, [b"%05d" % i + filler for i in range(900)])
     got = [sub.receive().payload[:5] for _ in range(900)]
     assert got == [b"%05d" % i for i in range(900)]
     sub.no_packet()
