@@ -45,6 +45,7 @@ from services.msgstore.model import (
     BatchResult,
     Collected,
     Job,
+    LimitQueue,
     OpenQueue,
     QueueState,
     Result,
@@ -55,6 +56,7 @@ from services.msgstore.queue import QueueStore, failed_result
 POLICIES = ("always", "interval", "never")
 LOG_PERIOD = 1.0  # store.commit is sampled: at most one line per second
 BUSY_FOR = 0.02  # s after its last batch that a stream still counts as busy (waited for)
+_QUEUE_OPS: dict[type, str] = {OpenQueue: "open", LimitQueue: "limit"}  # else "delete"
 
 
 @dataclass(slots=True)
@@ -269,7 +271,7 @@ class Committer:
                 if result.error:
                     self._error("write", result.error)
             elif isinstance(result, QueueState) and result.store_error:
-                self._error("open" if isinstance(job, OpenQueue) else "delete", result.error)
+                self._error(_QUEUE_OPS.get(type(job), "delete"), result.error)
             elif isinstance(result, Collected) and result.error:
                 self._error("collect", result.error)
         m = self.metrics

@@ -97,6 +97,18 @@ class OpenQueue:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitQueue:
+    """A new length limit for an existing queue at ``epoch`` (its session ended: the
+    offline limit): nothing else of the queue changes."""
+
+    session: SessionKey
+    epoch: int
+    max_len: int  # 0 = unlimited
+
+    ops = 1
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteQueue:
     session: SessionKey
     epoch: int  # 0 = unfenced (expiry, admin)
@@ -154,7 +166,15 @@ class FenceQueue:
     ops = 1
 
 
-Job = WriteBatch | OpenQueue | DeleteQueue | CollectTombstones | ReplicaWrite | FenceQueue
+Job = (
+    WriteBatch
+    | OpenQueue
+    | LimitQueue
+    | DeleteQueue
+    | CollectTombstones
+    | ReplicaWrite
+    | FenceQueue
+)
 
 
 class AppendResult(NamedTuple):

@@ -28,6 +28,7 @@ from services.msgstore.model import (
     DeleteQueue,
     FenceQueue,
     Job,
+    LimitQueue,
     Mark,
     MarkKind,
     OpenQueue,
@@ -309,6 +310,23 @@ def _open(t: Txn, job: OpenQueue) -> QueueState:
     return queue_state(t.txn, job.session, sess, meta, created=created)
 
 
+def _limit(t: Txn, job: LimitQueue) -> QueueState:
+    """Only the queue of ``job.epoch`` takes the limit: a newer epoch is a newer session
+    (its Open set its own), and a missing queue is not created."""
+    found = t.live(job.session)
+    if found is None:
+        return QueueState(job.session)
+    sess, meta = found
+    if meta.epoch != job.epoch:
+        return queue_state(
+            t.txn, job.session, sess, meta, error=f"epoch {job.epoch} is not {meta.epoch}"
+        )
+    if meta.max_len != job.max_len:
+        meta.max_len = job.max_len
+        t.store(sess, meta)
+    return queue_state(t.txn, job.session, sess, meta)
+
+
 def _delete(t: Txn, job: DeleteQueue) -> QueueState:
     found = t.live(job.session)
     if found is None:
@@ -355,6 +373,7 @@ def _collect(t: Txn, job: CollectTombstones) -> Collected:
 _HANDLERS: dict[type, Callable[[Txn, object], Result]] = {
     WriteBatch: _batch,  # type: ignore[dict-item]
     OpenQueue: _open,  # type: ignore[dict-item]
+    LimitQueue: _limit,  # type: ignore[dict-item]
     DeleteQueue: _delete,  # type: ignore[dict-item]
     CollectTombstones: _collect,  # type: ignore[dict-item]
     ReplicaWrite: replicated.replica_write,  # type: ignore[dict-item]

@@ -262,6 +262,28 @@ class OpenRequest(_message.Message):
     replicas: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., create: _Optional[bool] = ..., clean: _Optional[bool] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class QueueLimit(_message.Message):
+    __slots__ = ("key", "epoch", "max_len")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.SessionKey
+    epoch: int
+    max_len: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., max_len: _Optional[int] = ...) -> None: ...
+
+class LimitRequest(_message.Message):
+    __slots__ = ("limits",)
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    limits: _containers.RepeatedCompositeFieldContainer[QueueLimit]
+    def __init__(self, limits: _Optional[_Iterable[_Union[QueueLimit, _Mapping]]] = ...) -> None: ...
+
+class LimitReply(_message.Message):
+    __slots__ = ("states",)
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedCompositeFieldContainer[QueueState]
+    def __init__(self, states: _Optional[_Iterable[_Union[QueueState, _Mapping]]] = ...) -> None: ...
+
 class QueueState(_message.Message):
     __slots__ = ("key", "exists", "epoch", "last_seq", "acked", "count", "delivered_upto", "inbound_qos2", "outbound_pubrel", "error", "replicas", "committed")
     KEY_FIELD_NUMBER: _ClassVar[int]

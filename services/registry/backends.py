@@ -12,7 +12,7 @@ turns into a refused CONNECT or a later retry — never a crash.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -179,14 +179,23 @@ class Backends:
             raise self._refuse("Failover", state)
         return state
 
-    async def limit_queue(self, key: SessionKey, epoch: int, max_len: int) -> None:
-        """Set an existing queue's length limit (online and offline sessions differ)."""
-        request = msgstore_pb2.OpenRequest(key=pb_key(key), epoch=epoch, max_len=max_len)
-        state: msgstore_pb2.QueueState = await self._call(
-            "msgstore", "Open", self.msgstore.Open, request
+    async def limit_queues(self, limits: Sequence[tuple[SessionKey, int, int]]) -> int:
+        """Set existing queues' length limits, each ``(key, epoch, max_len)`` at that epoch
+        (online and offline sessions differ); how many the store refused, each logged (a
+        newer session's queue keeps the limit its Open set)."""
+        request = msgstore_pb2.LimitRequest(
+            limits=[
+                msgstore_pb2.QueueLimit(key=pb_key(key), epoch=epoch, max_len=max_len)
+                for key, epoch, max_len in limits
+            ]
         )
-        if state.error:
-            raise self._refuse("Open", state)
+        reply: msgstore_pb2.LimitReply = await self._call(
+            "msgstore", "Limit", self.msgstore.Limit, request
+        )
+        refused = [state for state in reply.states if state.error]
+        for state in refused:
+            self._refuse("Limit", state)
+        return len(refused)
 
     async def delete_queue(self, step: DeleteQueue) -> msgstore_pb2.QueueState:
         request = msgstore_pb2.DeleteRequest(

@@ -431,11 +431,11 @@ class Registrar:
 
         The session is offline at once, so a client that reconnects right after its
         DISCONNECT resumes it without waiting, and takes nothing over (no command to the
-        old listener, no ``session.takeover``). Its queue's offline limit follows behind,
-        before the id's next queue call (the resume's Open sets the online one after it):
-        for the store's round trip a publisher's copy may still find the online limit
-        (``max_online_messages`` plus the inflight window) in force. Not for a takeover:
-        the new registration sets its own.
+        old listener, no ``session.takeover``). Its queue's offline limit follows behind
+        with others' (``QueueCalls.limit_behind``), or gives way to the id's next queue
+        call (the resume's Open sets the online one): until it lands a publisher's copy
+        may still find the online limit (``max_online_messages`` plus the inflight
+        window) in force. Not for a takeover: the new registration sets its own.
         """
         current = self.table.get(key)
         offline_limit = (

@@ -1,10 +1,10 @@
 """08 limits: configured limits hold, and abusive clients cannot exhaust the broker.
 
 The node runs with ``max_message_size = 1KB``, ``max_client_id_size = 10``,
-``max_online_messages = 200``, ``max_pending_bytes = 64KB`` (the smallest allowed) and
-``connect_timeout = 2s``. The slow-consumer test reads the listener's resident memory
-from ``/proc`` while 2 x 20,000 messages of 1 KB are published to a client that never
-reads.
+``max_online_messages = 200``, ``max_offline_messages = 50``, ``max_pending_bytes = 64KB``
+(the smallest allowed) and ``connect_timeout = 2s``. The slow-consumer test reads the
+listener's resident memory from ``/proc`` while 2 x 20,000 messages of 1 KB are published
+to a client that never reads.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ pytestmark = pytest.mark.integration
 MAX_MESSAGE = 1024
 MAX_CLIENT_ID = 10
 MAX_ONLINE = 200
+MAX_OFFLINE = 50
 CONNECT_TIMEOUT = 2.0
 FLOOD_MESSAGES = 20_000
 FLOOD_PAYLOAD = 1000
@@ -61,6 +62,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         max_message_size="1KB",
         max_client_id_size=str(MAX_CLIENT_ID),
         max_online_messages=str(MAX_ONLINE),
+        max_offline_messages=str(MAX_OFFLINE),
         max_pending_bytes="64KB",
         connect_timeout=f"{int(CONNECT_TIMEOUT)}s",
     )
@@ -133,6 +135,45 @@ def test_max_online_messages(node: Node) -> None:
     assert received == sorted(received)
     assert MAX_ONLINE <= len(received) < total, len(received)
     wait_event(node, "message.dropped", lambda e: e.get("topic") == t)
+    sub.disconnect()
+    pub.disconnect()
+
+
+def _drain(sub: RawClient) -> list[int]:
+    received: list[int] = []
+    while True:
+        try:
+            got = sub.expect(Publish, 1.0)
+        except AssertionError:
+            return received
+        received.append(int(got.payload))
+        assert got.packet_id is not None
+        sub.send(Puback(got.packet_id))
+
+
+def test_max_offline_messages(node: Node) -> None:
+    """A persistent session that went offline keeps the first max_offline_messages (50)
+    of the QoS 1 messages published meanwhile, not max_online_messages (200); the rest
+    are dropped and logged as ``message.dropped``. The offline limit follows the
+    DISCONNECT within about 10 ms (the registry sends it behind the answer, with other
+    sessions' ends): the test gives it a second. Resumed, the session gets the 50 in
+    order, and what is published while it is online again reaches it."""
+    t = unique("t")
+    cid = unique()
+    sub, _ = connected(node.mqtt_port, cid, 4, clean=False)
+    sub.subscribe(t, 1)
+    sub.disconnect()
+    time.sleep(1.0)
+    pub, _ = connected(node.mqtt_port, unique(), 4)
+    for i in range(2 * MAX_OFFLINE):
+        pub.publish(t, b"%d" % i, qos=1)
+    wait_event(node, "message.dropped", lambda e: e.get("topic") == t)
+    sub, ack = connected(node.mqtt_port, cid, 4, clean=False)
+    assert ack.session_present
+    assert _drain(sub) == list(range(MAX_OFFLINE))
+    for i in range(2 * MAX_OFFLINE, 3 * MAX_OFFLINE):
+        pub.publish(t, b"%d" % i, qos=1)
+    assert _drain(sub) == list(range(2 * MAX_OFFLINE, 3 * MAX_OFFLINE))
     sub.disconnect()
     pub.disconnect()
 

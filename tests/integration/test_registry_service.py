@@ -57,6 +57,7 @@ class CallLog:
     opens_open: threading.Event = field(default_factory=threading.Event)  # clear: Opens hang
     store_epoch: int = 0  # Opens below this epoch are refused, as by a store ahead of us
     opens_arrived: int = 0  # Opens received, answered or hanging
+    limits_arrived: int = 0  # Limit calls received, answered or hanging (opens_open too)
 
     def __post_init__(self) -> None:
         self.puts_open.set()
@@ -98,6 +99,22 @@ class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
             with self.calls.lock:
                 self.calls.queues[(request.key.mountpoint, request.key.client_id)] = request.epoch
         return msgstore_pb2.QueueState(key=request.key, exists=True, epoch=request.epoch)
+
+    def Limit(self, request: Any, context: Any) -> Any:
+        """Recorded one limit at a time, as ``Limit`` entries, once answered."""
+        with self.calls.lock:
+            self.calls.limits_arrived += 1
+        self.calls.opens_open.wait(TIMEOUT)
+        reply = msgstore_pb2.LimitReply()
+        for limit in request.limits:
+            self.calls.add("Limit", limit)
+            if limit.epoch < self.calls.store_epoch:
+                reply.states.add(
+                    key=limit.key, exists=True, epoch=self.calls.store_epoch, error="stale"
+                )
+            else:
+                reply.states.add(key=limit.key, exists=True, epoch=limit.epoch)
+        return reply
 
     def Delete(self, request: Any, context: Any) -> Any:
         self.calls.add("Delete", request)
@@ -414,9 +431,8 @@ def test_register_takeover_and_disconnect(make_node: Callable[..., Node]) -> Non
     wait_for(lambda: not session_records(node.calls, "c1")[-1].online, "the offline record")
     assert not node.calls.of("Delete")
     # offline now: the queue is re-limited to the node's max_offline_messages
-    wait_for(lambda: node.calls.of("Open")[-1].max_len == 1000, "the offline queue limit")
-    limit = node.calls.of("Open")[-1]
-    assert (limit.epoch, limit.create, limit.clean) == (reply.epoch, False, False)
+    (limit,) = wait_for(lambda: node.calls.of("Limit"), "the offline queue limit")
+    assert (limit.key.client_id, limit.epoch, limit.max_len) == ("c1", reply.epoch, 1000)
 
 
 def test_takeover_goes_ahead_when_the_old_listener_never_answers(
@@ -734,28 +750,34 @@ def test_a_resumed_sessions_queue_opens_behind_the_answer_and_before_its_next_ca
     node = make_node()
     first = node.register("o1")
     assert node.disconnected("o1", first.epoch, session_expiry=NEVER)
-    wait_for(lambda: node.calls.of("Open")[-1].max_len == 1000, "the offline limit")
-    arrived = node.calls.opens_arrived
-    node.calls.opens_open.clear()  # the store stops answering Opens
+    wait_for(lambda: node.calls.of("Limit"), "the offline limit")
+    arrived, limits = node.calls.opens_arrived, node.calls.limits_arrived
+    node.calls.opens_open.clear()  # the store stops answering Opens and Limits
     resumed = node.register("o1")
     assert resumed.ok and resumed.session_present and resumed.persistent
     # the end is answered at once; its offline limit waits for the resume's Open
     assert node.disconnected("o1", resumed.epoch, session_expiry=NEVER)
     time.sleep(0.3)
-    assert node.calls.opens_arrived == arrived + 1  # the Open, hanging; not the limit
+    assert node.calls.opens_arrived == arrived + 1  # the Open, hanging
+    assert node.calls.limits_arrived == limits  # not the limit
     node.calls.opens_open.set()
-    wait_for(lambda: len(node.calls.of("Open")) == arrived + 2, "the limit after the Open")
-    opens = [(o.epoch, o.max_len, o.create) for o in node.calls.of("Open")[-2:]]
-    assert opens == [(resumed.epoch, 1020, True), (resumed.epoch, 1000, False)]
+    wait_for(lambda: len(node.calls.of("Limit")) == 2, "the limit after the Open")
+    open_at = node.calls.index(lambda n, r: n == "Open" and r.epoch == resumed.epoch)
+    limit_at = node.calls.index(lambda n, r: n == "Limit" and r.epoch == resumed.epoch)
+    assert open_at < limit_at
+    (reopen,) = [o for o in node.calls.of("Open") if o.epoch == resumed.epoch]
+    assert (reopen.max_len, reopen.create) == (1020, True)
+    assert node.calls.of("Limit")[-1].max_len == 1000
 
 
 def test_a_reconnect_right_after_the_end_resumes_at_once_without_a_takeover(
     make_node: Callable[..., Node],
 ) -> None:
-    """A client that reconnects right after its DISCONNECT, while the store has not yet
-    answered the queue's offline limit: neither the end nor the CONNECT waits for it,
-    nothing is taken over (no command to the old listener, no event), and the limit
-    still reaches the store before the resume's Open."""
+    """A client that reconnects right after its DISCONNECT, while the queue's offline
+    limit is still waiting to leave or unanswered: neither the end nor the CONNECT waits
+    for it, nothing is taken over (no command to the old listener, no event), and the
+    limit is either dropped (the resume's Open sets the online one) or reaches the store
+    before that Open: never after it."""
     node = make_node(**{"registry.rpc_timeout": "30s"})  # a hanging store is never given up on
     w = node.watch("L1")
     first = node.register("q1")
@@ -776,8 +798,12 @@ def test_a_reconnect_right_after_the_end_resumes_at_once_without_a_takeover(
     assert node.events("session.takeover") == []
     node.calls.opens_open.set()
     wait_for(lambda: node.calls.of("Open")[-1].epoch == reply.epoch, "the resume's Open")
-    opens = [(o.epoch, o.max_len) for o in node.calls.of("Open")[-2:]]
-    assert opens == [(first.epoch, 1000), (reply.epoch, 1020)]  # the limit, then the resume
+    assert node.calls.of("Open")[-1].max_len == 1020
+    time.sleep(0.3)  # a limit sent late would be here by now
+    calls = [(n, r.epoch, r.max_len) for n, r in node.calls.entries if n in ("Open", "Limit")]
+    assert calls[-1] == ("Open", reply.epoch, 1020)
+    assert all(c == ("Limit", first.epoch, 1000) for c in calls[1:-1])  # one at most
+    assert len(calls) <= 3
 
 
 def test_a_store_that_refuses_a_resumed_epoch_closes_its_connection(

@@ -21,6 +21,7 @@ from services.msgstore.model import (
     Collected,
     CollectTombstones,
     DeleteQueue,
+    LimitQueue,
     Mark,
     MarkKind,
     OpenQueue,
@@ -188,6 +189,25 @@ def test_max_len_refuses_appends_until_acks_make_room(h: Harness) -> None:
     assert h.append(b"4") == [(OK, 3)]  # no seq was spent on the refused message
     h.open(create=True, max_len=0)
     assert h.append(b"5", b"6") == [(OK, 4), (OK, 5)]
+
+
+def test_a_limit_changes_only_the_length_limit_of_its_epochs_queue(h: Harness) -> None:
+    h.open(epoch=3, create=True, max_len=3)
+    h.append(b"1", epoch=3)
+    limited, missing, stale = h.store.write_group(
+        [LimitQueue(C1, 3, 2), LimitQueue(C2, 3, 2), LimitQueue(C1, 2, 9)]
+    )
+    assert isinstance(limited, QueueState) and not limited.error
+    assert (limited.epoch, limited.count, limited.last_seq) == (3, 1, 1)
+    assert isinstance(missing, QueueState) and not missing.exists and not missing.error
+    assert isinstance(stale, QueueState) and "epoch 2 is not 3" in stale.error
+    assert h.append(b"2", b"3", epoch=3) == [(OK, 2), (QUEUE_FULL, 0)]
+    h.restart()  # written, and the queue is as it was otherwise
+    assert h.append(b"4", epoch=3) == [(QUEUE_FULL, 0)]
+    (newer,) = h.store.write_group([LimitQueue(C1, 4, 9)])  # not an Open: no epoch bump
+    assert isinstance(newer, QueueState) and newer.error and h.store.state(C1).epoch == 3
+    assert h.entries() == [(1, b"1"), (2, b"2")]
+    assert not h.store.state(C2).exists  # a limit creates nothing
 
 
 def test_open_refuses_an_older_epoch_and_keeps_the_stored_one(h: Harness) -> None:
