@@ -16,9 +16,11 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 
 from services.common import log
+from services.common.lane import unary_handlers
 from services.common.session_key import SessionKey
 from services.msgstore import keys
 from services.msgstore.committer import Committer
@@ -42,6 +44,7 @@ from services.msgstore.model import (
     QueueState,
     Result,
 )
+from services.msgstore.ops import READ_MAX_ENTRIES
 from services.msgstore.queue import QueueStore
 from services.msgstore.replica_reads import copies_of, replica_sets
 from services.msgstore.tombstones import Graveyard
@@ -53,6 +56,9 @@ if TYPE_CHECKING:
 
 STREAM_INFLIGHT = 256
 QUEUES_PAGE = 1000  # Queues lists at most this many per call
+# A Read that finds at most this much reads on the event loop (see Read).
+INLINE_READ_ENTRIES = 64
+INLINE_READ_BYTES = 256 * 1024
 
 # A batch handed to the committer: its appends, their (msg_id, qos) for message.queued
 # (empty when message events are off) and the future of its result.
@@ -287,11 +293,24 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         return reply
 
     async def Read(self, request: msgstore_pb2.ReadRequest, context: Any) -> msgstore_pb2.ReadReply:
+        """Most resumes find an empty or short queue: read on the event loop, as far as
+        ``INLINE_READ_ENTRIES`` and ``INLINE_READ_BYTES``, since a worker thread's two
+        wake-ups cost more than such a read. A page that goes further is read again whole
+        in a thread, so a large read never holds the loop."""
         sid = session_key(request.key)
+        wanted = request.max_entries or READ_MAX_ENTRIES
         try:
-            found = await asyncio.to_thread(
-                self.store.read, sid, request.epoch, request.after_seq, request.max_entries
+            found = self.store.read(
+                sid,
+                request.epoch,
+                request.after_seq,
+                min(wanted, INLINE_READ_ENTRIES),
+                INLINE_READ_BYTES,
             )
+            if found.more and len(found.entries) < wanted:  # cut short by the inline limits
+                found = await asyncio.to_thread(
+                    self.store.read, sid, request.epoch, request.after_seq, request.max_entries
+                )
         except StoreError as exc:
             log.emit("store.error", "warning", op="read", reason=str(exc))
             return msgstore_pb2.ReadReply(state=state_to_pb(QueueState(sid, error=str(exc))))
@@ -338,29 +357,24 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
 
 def add_to_server(servicer: MsgStoreServicer, server: grpc.aio.Server) -> None:
     """The generated ``add_MsgStoreServicer_to_server``, except that ``Stream`` gets its
-    batches as bytes: ``batch_from_pb`` reads the appends from them (see ``wire``)."""
-    pb = msgstore_pb2
-
-    def unary(method: Any, request: Any, reply: Any) -> grpc.RpcMethodHandler[Any, Any]:
-        return grpc.unary_unary_rpc_method_handler(
+    batches as bytes: ``batch_from_pb`` reads the appends from them (see ``wire``). The
+    unary methods come from the service's descriptor, as on the call lane, so a method
+    added to the proto is served on both."""
+    service = msgstore_pb2.DESCRIPTOR.services_by_name["MsgStore"]
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "Stream": grpc.stream_stream_rpc_method_handler(
+            servicer.Stream,
+            request_deserializer=None,
+            response_serializer=msgstore_pb2.StoreBatchResult.SerializeToString,
+        ),
+    }
+    for name, (request, method) in unary_handlers(servicer, service).items():
+        reply = message_factory.GetMessageClass(service.methods_by_name[name].output_type)
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
             method,
             request_deserializer=request.FromString,
             response_serializer=reply.SerializeToString,
         )
-
-    handlers = {
-        "Stream": grpc.stream_stream_rpc_method_handler(
-            servicer.Stream,
-            request_deserializer=None,
-            response_serializer=pb.StoreBatchResult.SerializeToString,
-        ),
-        "Open": unary(servicer.Open, pb.OpenRequest, pb.QueueState),
-        "Read": unary(servicer.Read, pb.ReadRequest, pb.ReadReply),
-        "Delete": unary(servicer.Delete, pb.DeleteRequest, pb.QueueState),
-        "Stats": unary(servicer.Stats, pb.StatsRequest, pb.StatsReply),
-        "Queues": unary(servicer.Queues, pb.QueuesRequest, pb.QueuesReply),
-        "Failover": unary(servicer.Failover, pb.FailoverRequest, pb.QueueState),
-        "Orphans": unary(servicer.Orphans, pb.OrphansRequest, pb.QueuesReply),
-    }
-    service = "ternmq.msgstore.MsgStore"
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )

@@ -264,6 +264,72 @@ def test_stale_epochs_are_refused_and_fencing_survives_restart(
     assert '"event":"queue.created"' in log and '"event":"message.queued"' in log
 
 
+def test_reads_on_either_side_of_the_inline_limits_return_whole_pages(
+    store: Callable[..., MsgStore],
+) -> None:
+    """A Read within the servicer's inline limits (64 entries, 256 KB) is answered on the
+    event loop, one past them in a thread: either way a page holds what was asked for, in
+    order, and ``more`` says whether live entries follow it."""
+    ms = store()
+    ms.start()
+    assert ms.stub.Open(msgstore_pb2.OpenRequest(key=KEY, epoch=1, create=True)).exists
+    ids = [f"m{i:03d}" for i in range(100)]
+    result = one_batch(ms, msgstore_pb2.StoreBatch(batch_id=1, appends=[append(m) for m in ids]))
+    assert all(status == msgstore_pb2.APPEND_OK for status, _ in pairs(result))
+
+    def page(after: int, max_entries: int) -> tuple[list[str], bool]:
+        reply = ms.stub.Read(
+            msgstore_pb2.ReadRequest(key=KEY, epoch=1, after_seq=after, max_entries=max_entries)
+        )
+        return [e.delivery.msg.msg_id for e in reply.entries], reply.more
+
+    assert page(0, 64) == (ids[:64], True)  # within: inline
+    assert page(0, 65) == (ids[:65], True)  # past the entries: in a thread
+    assert page(0, 0) == (ids, False)  # as many as sensible: all of them
+    assert page(60, 10) == (ids[60:70], True)
+    assert page(90, 64) == (ids[90:], False)
+    # Entries of 100 KB: the inline read stops at 256 KB and the page is read again whole.
+    big = [f"b{i}" for i in range(5)]
+    batch = msgstore_pb2.StoreBatch(batch_id=2, appends=[append(m, size=100_000) for m in big])
+    assert all(status == msgstore_pb2.APPEND_OK for status, _ in pairs(one_batch(ms, batch)))
+    assert page(100, 0) == (big, False)
+    assert page(100, 4) == (big[:4], True)
+    assert ms.stop() == 0
+
+
+def test_limits_apply_to_their_epochs_queues_only(store: Callable[..., MsgStore]) -> None:
+    """``Limit``: one call for several queues, each at its own epoch; a queue at another
+    epoch, or none, is left as it is, and the others still take theirs."""
+    ms = store()
+    ms.start()
+    other = common_pb2.SessionKey(mountpoint="", client_id="other")
+    missing = common_pb2.SessionKey(mountpoint="", client_id="missing")
+    ms.stub.Open(msgstore_pb2.OpenRequest(key=KEY, epoch=3, create=True, max_len=100))
+    ms.stub.Open(msgstore_pb2.OpenRequest(key=other, epoch=7, create=True, max_len=100))
+    reply = ms.stub.Limit(
+        msgstore_pb2.LimitRequest(
+            limits=[
+                msgstore_pb2.QueueLimit(key=KEY, epoch=3, max_len=2),
+                msgstore_pb2.QueueLimit(key=other, epoch=6, max_len=2),
+                msgstore_pb2.QueueLimit(key=missing, epoch=1, max_len=2),
+            ]
+        )
+    )
+    limited, stale, absent = reply.states
+    assert not limited.error and limited.epoch == 3
+    assert stale.error and stale.epoch == 7
+    assert not absent.exists and not absent.error
+    batch = msgstore_pb2.StoreBatch(
+        batch_id=1,
+        appends=[append(f"k{i}", epoch=3) for i in range(3)]
+        + [append(f"o{i}", epoch=7, key=other) for i in range(3)],
+    )
+    statuses = [status for status, _ in pairs(one_batch(ms, batch))]
+    ok, full = msgstore_pb2.APPEND_OK, msgstore_pb2.APPEND_QUEUE_FULL
+    assert statuses == [ok, ok, full, ok, ok, ok]
+    assert ms.stop() == 0
+
+
 def test_a_full_store_refuses_appends_clearly_and_keeps_serving(
     store: Callable[..., MsgStore],
 ) -> None:
