@@ -110,17 +110,24 @@ class Committer:
         Returns at once when there is nothing to write: the keys' sessions are not durable
         and the store holds no record of them.
         """
+        written = self.sync_soon(*keys, reserve=reserve)
+        if written is not None:
+            await written
+
+    def sync_soon(self, *keys: SessionKey, reserve: int = 0) -> asyncio.Future[None] | None:
+        """:meth:`sync` begun now, to be awaited later (None: nothing to write); the
+        caller may do other work in between without a task for either."""
         if self._closed:
             raise StoreError("the session table is closed")
         keys = tuple(k for k in keys if self._may_hold(k) or self._durable(k))
         if not keys and not reserve:
-            return
+            return None
         self._dirty.update(keys)
         self._reserve = max(self._reserve, reserve)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         self._wake.set()
-        await fut
+        return fut
 
     def write_behind(self, *keys: SessionKey) -> None:
         """Make the current state of ``keys`` durable with the next transaction, within

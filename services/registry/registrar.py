@@ -356,16 +356,30 @@ class Registrar:
         self, key: SessionKey, steps: list[Step]
     ) -> tuple[StoreError | None, BackendError | None]:
         """Run ``steps`` and write ``key``'s current state to disk, all at once; the first
-        store error and the first backend error (any other error is raised)."""
-        if not steps:  # a clean session replacing nothing: no task, no suspension
+        store error and the first backend error (any other error is raised). A directory
+        record nobody waits for is handed to its writer in passing: a resume (its only
+        step) or a clean session replacing nothing costs no task."""
+        outcomes: list[BaseException | None] = []
+        try:
+            written = self.committer.sync_soon(key)
+        except StoreError as exc:
+            written = None
+            outcomes.append(exc)
+        waited: list[Step] = []
+        for step in steps:
+            if isinstance(step, PublishSession) and not step.drop_subs:
+                self.directory.send(self.directory_ops(step))
+            else:
+                waited.append(step)
+        if waited:
+            outcomes.extend(
+                await asyncio.gather(*(self._execute(s) for s in waited), return_exceptions=True)
+            )
+        if written is not None:
             try:
-                await self.committer.sync(key)
+                await written
             except StoreError as exc:
-                return exc, None
-            return None, None
-        outcomes = await asyncio.gather(
-            self.committer.sync(key), *(self._execute(s) for s in steps), return_exceptions=True
-        )
+                outcomes.append(exc)
         store_error: StoreError | None = None
         backend_error: BackendError | None = None
         for outcome in outcomes:
