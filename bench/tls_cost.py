@@ -86,6 +86,13 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=1, help="repeat every load but the fan-in; medians"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a ternmq setting for the node (e.g. listener.processes=2); repeatable",
+    )
     args = ap.parse_args()
     base: Path = args.base_dir
     shutil.rmtree(base, ignore_errors=True)
@@ -112,6 +119,7 @@ def main() -> None:
             "listener.wss.default": f"127.0.0.1:{wss_port}",
             "listener.wss.certfile": str(certs.server.cert),
             "listener.wss.keyfile": str(certs.server.key),
+            **dict(kv.split("=", 1) for kv in args.set),
         },
     )
     names = ("mosq-tcp", "mosq-tls", "tnq-tcp", "tnq-tls", "tnq-ws", "tnq-wss")
