@@ -107,6 +107,11 @@ class QueueCalls:
         async def run() -> None:
             if previous is not None:
                 await asyncio.wait({previous})
+            else:
+                # A turn of the loop first: the answer this call is behind leaves before
+                # it (its stream's writer runs in the same turn), and the store's work on
+                # the call does not compete with the listener's on the CONNACK.
+                await asyncio.sleep(0)
             await call()
 
         task = asyncio.create_task(run())
