@@ -5,7 +5,7 @@ burst of CONNECTs would otherwise cost an fsync each. The :class:`Committer` gat
 keys that changed while a transaction was being written and writes them all in the
 next one. A large transaction is written in a worker thread, so the event loop goes on
 while the disk works; a small one, on the loop, while the disk answers fast
-(:class:`InlinePolicy`).
+(:class:`~services.common.inline_policy.InlinePolicy`).
 
 A change nobody waits for (the end of a connection, :meth:`Committer.write_behind`)
 waits for the next transaction instead, ``BEHIND`` seconds at most. A client that
@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 
+from services.common.inline_policy import INLINE_OPS, InlinePolicy
 from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.registry.engines.base import StoreError
@@ -29,41 +30,6 @@ from services.registry.store import Delete, Op, Put, Reserve, SessionStore
 
 BEHIND = 0.05  # s: a change nobody waits for is written with the next transaction, or then
 RETRY = 1.0  # s: after a failed transaction, what nobody waits for is tried again this late
-INLINE_OPS = 4  # a transaction this small is written on the event loop...
-INLINE_UNDER = 0.002  # s ...while writes take less than this on average...
-INLINE_STALL = 0.02  # s ...and none took this long...
-INLINE_BACKOFF = 5.0  # s ...else the worker thread writes them all for this long
-INLINE_WEIGHT = 0.1  # of the latest write in the moving average
-
-
-class InlinePolicy:
-    """Where a transaction is written: on the event loop, or in a worker thread.
-
-    Why: on an idle registry a CONNECT's write is one record and one flush (0.1 to 0.3 ms
-    with the journal engine), and handing it to a thread and back costs more than that
-    (0.25 to 0.7 ms of wake-ups on the development VM): "send now if idle". A larger
-    transaction means the registry is busy, and the thread lets the loop take the next
-    requests while the disk works: "gather while busy". A slow disk must not stall the
-    loop: one write over ``INLINE_STALL``, or a moving average of them over
-    ``INLINE_UNDER``, sends every write to the thread for ``INLINE_BACKOFF`` seconds (and
-    for as long as the average stays high). Not a single write over ``INLINE_UNDER``: a
-    flush that meets the other services' on a shared disk takes a few milliseconds now and
-    then (1 % of them in a sequential CONNECT loop), and backing off for each kept the
-    commits in the thread nine tenths of the time, at 400 µs a commit against 250.
-    """
-
-    def __init__(self, max_ops: int = INLINE_OPS) -> None:
-        self.max_ops = max_ops  # 0: always the thread
-        self._thread_until = float("-inf")
-        self._mean = 0.0  # s, moving average of the writes' times
-
-    def inline(self, ops: int, now: float) -> bool:
-        return ops <= self.max_ops and now >= self._thread_until
-
-    def took(self, seconds: float, now: float) -> None:
-        self._mean += (seconds - self._mean) * INLINE_WEIGHT
-        if seconds > INLINE_STALL or self._mean > INLINE_UNDER:
-            self._thread_until = now + INLINE_BACKOFF
 
 
 class Committer:

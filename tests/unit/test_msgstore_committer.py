@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
+from services.common.inline_policy import INLINE_OPS, INLINE_STALL
 from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.msgstore.committer import Committer
@@ -337,3 +339,74 @@ def test_fsync_interval_also_syncs_a_store_that_is_never_idle() -> None:
         assert c.groups > synced_while_busy  # results did not wait for each sync
 
     run(body, _SlowEngine(DBS), fsync="interval", interval=0.1, max_delay=0.001)
+
+
+class _ThreadRecordingEngine(MemoryEngine):
+    """Records which thread began each write transaction; ``delay``: how long each
+    commit takes."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__(DBS)
+        self.threads: list[str] = []
+        self.delay = delay
+
+    def begin_write(self) -> WriteTxn:
+        self.threads.append(threading.current_thread().name)
+        txn = super().begin_write()
+        if self.delay:
+            commit = txn.commit
+
+            def slow_commit() -> None:
+                time.sleep(self.delay)
+                commit()
+
+            txn.commit = slow_commit  # type: ignore[method-assign]
+        return txn
+
+
+def test_a_small_group_is_written_on_the_loop_and_a_large_one_in_the_thread() -> None:
+    """An idle store's lone Open or small batch costs no thread hop; a group over
+    ``INLINE_OPS`` operations goes to the worker thread, so the loop goes on."""
+    engine = _ThreadRecordingEngine()
+
+    async def body(c: Committer, e: MemoryEngine) -> None:
+        engine.threads.clear()
+        assert seqs(await c.submit(batch(1, INLINE_OPS))) == list(range(1, INLINE_OPS + 1))
+        assert seqs(await c.submit(batch(2, INLINE_OPS + 1)))[0] == INLINE_OPS + 1
+        assert (await c.submit(OpenQueue(C1, 2))).epoch == 2
+
+    run(body, engine, max_delay=0)
+    main = threading.main_thread().name
+    loop_thread, worker, loop_again = engine.threads[:3]
+    assert loop_thread == main and loop_again == main
+    assert worker.startswith("msgstore-commit")
+
+
+def test_a_stalled_write_sends_the_small_ones_to_the_thread_for_a_while() -> None:
+    """One write slower than ``INLINE_STALL`` held the loop once; for
+    ``INLINE_BACKOFF`` after it every write goes to the thread."""
+    engine = _ThreadRecordingEngine(delay=INLINE_STALL * 1.5)
+
+    async def body(c: Committer, e: MemoryEngine) -> None:
+        engine.threads.clear()
+        await c.submit(batch(1))  # on the loop, and slow
+        engine.delay = 0.0
+        await c.submit(batch(2))
+        await c.submit(batch(3))
+
+    run(body, engine, max_delay=0)
+    main = threading.main_thread().name
+    assert engine.threads[0] == main
+    assert all(t.startswith("msgstore-commit") for t in engine.threads[1:3])
+
+
+def test_inline_ops_zero_always_writes_in_the_thread() -> None:
+    engine = _ThreadRecordingEngine()
+
+    async def body(c: Committer, e: MemoryEngine) -> None:
+        engine.threads.clear()
+        await c.submit(batch(1))
+        await c.submit(OpenQueue(C1, 2))
+
+    run(body, engine, max_delay=0, inline_ops=0)
+    assert all(t.startswith("msgstore-commit") for t in engine.threads[:2])

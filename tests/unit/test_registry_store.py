@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from services.common.metrics import MetricsRegistry
-from services.registry.committer import (
+from services.common.inline_policy import (
     INLINE_BACKOFF,
     INLINE_OPS,
     INLINE_STALL,
     INLINE_UNDER,
-    Committer,
     InlinePolicy,
 )
+from services.common.metrics import MetricsRegistry
+from services.registry.committer import Committer
 from services.registry.engines.base import Change, Engine, StoreError
 from services.registry.engines.journal_engine import JournalEngine
 from services.registry.engines.lmdb_engine import LmdbEngine
