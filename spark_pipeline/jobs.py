@@ -84,17 +84,22 @@ def table_builders(
         "latency_by_minute": lambda: flow.latency_by_minute(events),
         "latency_overall": lambda: flow.latency_overall(events),
         "latency_histogram": lambda: flow.latency_histogram(events),
-        "delivery_audit": lambda: audit.delivery_audit(
-            cache(audit.publisher_order(events)),
-            cache(audit.delivery_pairs(events)),
-            audit.acks(events),
-            audit.refusals(events),
-            expectations,
-        ),
+        "delivery_audit": lambda: audit_table(events, expectations, cache),
         "drops": lambda: ops.drops(events),
         "node_load": lambda: ops.node_load(events),
         "netsplits": lambda: ops.netsplits(events),
     }
+
+
+def audit_table(
+    events: DataFrame, expectations: DataFrame | None, cache: Callable[[DataFrame], DataFrame]
+) -> DataFrame:
+    """``delivery_audit`` over cached inputs; the deliveries rule only when it has pairs
+    to derive (a subscriber the expect file does not list, or no expect file)."""
+    pub = cache(audit.publisher_order(events))
+    pairs = cache(audit.delivery_pairs(events))
+    derive = expectations is None or not audit.unlisted_subscribers(pairs, expectations).isEmpty()
+    return audit.delivery_audit(pub, pairs, audit.refusals(events), expectations, derive)
 
 
 def shuffle_partitions(input_bytes: int, cores: int) -> int:

@@ -37,15 +37,15 @@ duplicated; m2 out of order (m3 came first).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_pipeline.transforms.common import LK_FIELDS, count_if, day, in_line_order, of_event
 
 PAIR = ["msg_id", "subscriber"]
-# What a pair takes from its message (first publish line, refusal) and its acknowledgement.
-_PER_PAIR = ("publisher", "topic", "qos", "published_at", "pub_seq", "acked_at", "_refused")
+# What a pair takes from its message (its first publish line).
+_PER_MESSAGE = ("publisher", "topic", "qos", "published_at", "pub_seq")
 
 EXPECT_SCHEMA = T.StructType(
     [
@@ -89,46 +89,75 @@ def publisher_order(events: DataFrame) -> DataFrame:
 
 
 def delivery_pairs(events: DataFrame) -> DataFrame:
-    """Per (message, subscriber): deliveries, DUP-flagged ones, first/last, max QoS.
+    """Per (message, subscriber) with a delivery or an acknowledgement: deliveries,
+    DUP-flagged ones, first/last, max QoS, and the first acknowledgement (``acked_at``).
 
-    The first delivery's line key comes out as four columns (``_first_ts`` …): a job
-    caches this frame, and Spark caches a struct column far more slowly than flat ones.
+    Delivered and acknowledged lines are grouped in one aggregate: a separate one for the
+    acknowledgements would be joined to every pair (a hash table of all of them, twice).
+    A pair with only an acknowledgement has 0 ``deliveries``. The first delivery's line
+    key comes out as four columns (``_first_ts`` …): a job caches this frame, and Spark
+    caches a struct column far more slowly than flat ones.
     """
-    agg = (
-        by_message(
-            of_event(events, "message.delivered").where(
-                F.col("msg_id").isNotNull() & F.col("client_id").isNotNull()
-            )
+    delivered = (
+        of_event(events, "message.delivered")
+        .where(F.col("msg_id").isNotNull() & F.col("client_id").isNotNull())
+        .select(
+            "msg_id",
+            "client_id",
+            F.lit(True).alias("_del"),
+            "dup",
+            "ts",
+            "_lk",
+            "qos",
+            "publisher",
+            "topic",
         )
+    )
+    acked = of_event(events, "message.acked").select(
+        "msg_id",
+        "client_id",
+        F.lit(False).alias("_del"),
+        F.lit(None).cast("boolean").alias("dup"),
+        "ts",
+        F.lit(None).cast(events.schema["_lk"].dataType).alias("_lk"),
+        F.lit(None).cast("bigint").alias("qos"),
+        F.lit(None).cast("string").alias("publisher"),
+        F.lit(None).cast("string").alias("topic"),
+    )
+    is_del = F.col("_del")
+
+    def of_del(name: str) -> Column:
+        return F.when(is_del, F.col(name))
+
+    agg = (
+        by_message(delivered.unionByName(acked))
         .groupBy("msg_id", F.col("client_id").alias("subscriber"))
         .agg(
-            F.count(F.lit(1)).alias("deliveries"),
-            count_if(F.col("dup")).alias("dup_deliveries"),
-            F.min("_lk").alias("_first"),
-            F.max("ts").alias("last_delivered_at"),
-            F.max("qos").alias("delivered_qos"),
-            F.min("publisher").alias("_d_publisher"),
-            F.min("topic").alias("_d_topic"),
+            count_if(is_del).alias("deliveries"),
+            count_if(is_del & F.col("dup")).alias("dup_deliveries"),
+            F.min(of_del("_lk")).alias("_first"),
+            F.max(of_del("ts")).alias("last_delivered_at"),
+            F.max(of_del("qos")).alias("delivered_qos"),
+            F.min(of_del("publisher")).alias("_d_publisher"),
+            F.min(of_del("topic")).alias("_d_topic"),
+            F.min(F.when(~is_del, F.col("ts"))).alias("acked_at"),
         )
     )
     first = [F.col(f"_first.{f}").alias(f"_first_{f}") for f in LK_FIELDS]
     return agg.select(*[c for c in agg.columns if c != "_first"], *first)
 
 
-def acks(events: DataFrame) -> DataFrame:
-    """Per (message, subscriber): the first acknowledgement."""
-    return (
-        by_message(of_event(events, "message.acked"))
-        .groupBy("msg_id", F.col("client_id").alias("subscriber"))
-        .agg(F.min("ts").alias("acked_at"))
-    )
-
-
 def refusals(events: DataFrame) -> DataFrame:
-    """The ids of the messages whose publisher was refused, once each (``msg_id``)."""
-    return by_message(
-        of_event(events, "message.refused").where(F.col("msg_id").isNotNull()).select("msg_id")
-    ).distinct()
+    """The ids of the messages whose publisher was refused, once each (``msg_id``).
+
+    Few (a refusal is a failure answered to a publisher), so they are broadcast.
+    """
+    return (
+        of_event(events, "message.refused")
+        .where(F.col("msg_id").isNotNull())
+        .select("msg_id")
+        .distinct()
+    )
 
 
 def expected_from_deliveries(audited: DataFrame, pairs: DataFrame) -> DataFrame:
@@ -149,7 +178,8 @@ def expected_from_deliveries(audited: DataFrame, pairs: DataFrame) -> DataFrame:
 
 
 def _filter_pairs(audited: DataFrame, expectations: DataFrame) -> DataFrame:
-    """``expected_from_filters`` without its ``distinct``: each pair comes out once already.
+    """The expected pairs of the subscribers the expect file lists, with their message's
+    columns (``audited``'s), each pair once.
 
     The expect entries matching a topic are folded per (topic, subscriber) first: a
     message is expected by a subscriber when any of its matching entries has no ``from``,
@@ -163,7 +193,8 @@ def _filter_pairs(audited: DataFrame, expectations: DataFrame) -> DataFrame:
         .agg(F.min("since").alias("since"), F.max(F.col("since").isNull()).alias("_always"))
     )
     since_ok = F.col("_always") | (F.col("published_at") >= F.col("since"))
-    return audited.join(F.broadcast(matched), "topic").where(since_ok).select(*PAIR)
+    joined = audited.join(F.broadcast(matched), "topic").where(since_ok)
+    return joined.select(*PAIR, *[c for c in audited.columns if c != "msg_id"])
 
 
 def expected_from_filters(audited: DataFrame, expectations: DataFrame) -> DataFrame:
@@ -172,7 +203,12 @@ def expected_from_filters(audited: DataFrame, expectations: DataFrame) -> DataFr
     Filters are matched against the distinct topics, not every message: a regex taken
     from a column is compiled per evaluation, and topics are far fewer than messages.
     """
-    return _filter_pairs(audited, expectations).distinct()
+    return _filter_pairs(audited, expectations).select(*PAIR).distinct()
+
+
+def _unlisted(pairs: DataFrame, expectations: DataFrame) -> DataFrame:
+    listed = expectations.select("subscriber").distinct()
+    return pairs.join(F.broadcast(listed), "subscriber", "left_anti")
 
 
 def expected_pairs(
@@ -185,64 +221,82 @@ def expected_pairs(
     when the expect file lists every subscriber (the usual case) the rule joins nothing.
     The two parts share no subscriber and each holds a pair once, so their union does too.
     """
+    return expected_rows(audited, pairs, expectations).select(*PAIR)
+
+
+def expected_rows(
+    audited: DataFrame,
+    pairs: DataFrame,
+    expectations: DataFrame | None,
+    derive: bool = True,
+) -> DataFrame:
+    """``expected_pairs`` with each pair's message columns (``audited``'s).
+
+    ``derive=False`` skips the deliveries rule: the caller knows that the expect file
+    lists every subscriber of ``pairs``, so that the rule would derive nothing (and
+    still shuffle every message to find so).
+    """
+    columns = [c for c in audited.columns if c != "msg_id"]
+
+    def derived(delivered: DataFrame) -> DataFrame:
+        keys = by_message(expected_from_deliveries(audited, delivered).select(*PAIR))
+        return keys.join(audited.hint("shuffle_hash"), "msg_id").select(*PAIR, *columns)
+
     if expectations is None:
-        return expected_from_deliveries(audited, pairs)
-    listed = expectations.select("subscriber").distinct()
-    unlisted = pairs.join(F.broadcast(listed), "subscriber", "left_anti")
-    derived = by_message(expected_from_deliveries(audited, unlisted).select(*PAIR))
-    return derived.unionByName(_filter_pairs(audited, expectations))
+        return derived(pairs)
+    listed = _filter_pairs(audited, expectations)
+    if not derive:
+        return listed
+    return derived(_unlisted(pairs, expectations)).unionByName(listed)
+
+
+def unlisted_subscribers(pairs: DataFrame, expectations: DataFrame) -> DataFrame:
+    """Subscribers delivered to (``delivery_pairs`` rows) that the expect file does not
+    list: none means ``delivery_audit`` may skip the deliveries rule (``derive``)."""
+    subscribers = pairs.where(F.col("deliveries") > 0).select("subscriber").distinct()
+    return _unlisted(subscribers, expectations)
 
 
 def audit_events(events: DataFrame, expectations: DataFrame | None = None) -> DataFrame:
     """``delivery_audit`` straight from the events frame."""
     return delivery_audit(
-        publisher_order(events),
-        delivery_pairs(events),
-        acks(events),
-        refusals(events),
-        expectations,
+        publisher_order(events), delivery_pairs(events), refusals(events), expectations
     )
 
 
 def delivery_audit(
     pub: DataFrame,
     pairs: DataFrame,
-    acked: DataFrame,
     refused: DataFrame,
     expectations: DataFrame | None = None,
+    derive: bool = True,
 ) -> DataFrame:
     """One row per audited (message, subscriber) pair with its verdicts.
 
-    Inputs are ``publisher_order``, ``delivery_pairs``, ``acks`` and ``refusals`` of the
-    same events. All are partitioned by ``msg_id``, and so is every join below up to the
-    full outer one (hash joins, no sort): the message's columns and the acknowledgement
-    are attached to the delivered pairs and to the expected ones separately, since a
-    full outer join's output is no longer partitioned by its keys.
+    Inputs are ``publisher_order``, ``delivery_pairs`` and ``refusals`` of the same
+    events; ``derive`` as in ``expected_rows``. ``pub`` and ``pairs`` are partitioned by
+    ``msg_id``, and so is every join below (hash joins, no sort): the delivered (or
+    acknowledged) pairs get their message's columns, the expected pairs come with them,
+    and a full outer join brings the two together. Two hash tables in all: the messages
+    and the expected pairs; the refusals are broadcast.
     """
     audited = pub.where(F.col("qos") >= 1)
-    refused = refused.select("msg_id", F.lit(True).alias("_refused"))
-
-    def attach(df: DataFrame) -> DataFrame:
-        """The pair's acknowledgement and its message's refusal (both partitioned alike)."""
-        return df.join(acked.hint("shuffle_hash"), PAIR, "left").join(
-            refused.hint("shuffle_hash"), "msg_id", "left"
-        )
-
-    seen = attach(
-        pairs.join(pub.hint("shuffle_hash"), "msg_id", "left").where(
-            F.col("qos").isNull() | (F.col("qos") >= 1)
-        )
+    seen = pairs.join(pub.hint("shuffle_hash"), "msg_id", "left").where(
+        F.col("qos").isNull() | (F.col("qos") >= 1)
     )
-    expected = attach(
-        expected_pairs(audited, seen.select(*PAIR), expectations).join(
-            audited.hint("shuffle_hash"), "msg_id"
-        )
-    ).select(*PAIR, F.lit(True).alias("_exp"), *[F.col(c).alias(f"_e{c}") for c in _PER_PAIR])
-    joined = seen.join(expected.hint("shuffle_hash"), PAIR, "full_outer")
-    rows = joined.select(
-        *[c for c in seen.columns if c not in _PER_PAIR],
+    delivered_pairs = pairs.where(F.col("deliveries") > 0).select(*PAIR)
+    expected = expected_rows(audited, delivered_pairs, expectations, derive).select(
+        *PAIR, F.lit(True).alias("_exp"), *[F.col(c).alias(f"_e{c}") for c in _PER_MESSAGE]
+    )
+    joined = seen.join(expected.hint("shuffle_hash"), PAIR, "full_outer").where(
+        (F.col("deliveries") > 0) | F.col("_exp").isNotNull()
+    )
+    flags = F.broadcast(refused.select("msg_id", F.lit(True).alias("_refused")))
+    rows = joined.join(flags, "msg_id", "left").select(
+        *[c for c in seen.columns if c not in _PER_MESSAGE],
         "_exp",
-        *[F.coalesce(F.col(c), F.col(f"_e{c}")).alias(c) for c in _PER_PAIR],
+        "_refused",
+        *[F.coalesce(F.col(c), F.col(f"_e{c}")).alias(c) for c in _PER_MESSAGE],
     )
     delivered = F.coalesce(F.col("deliveries"), F.lit(0)) > 0
     published = F.col("pub_seq").isNotNull()
