@@ -51,6 +51,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Protocol
 
+from mypy_extensions import mypyc_attr
+
 from services.common import log
 from services.common.cluster_view import ClusterView
 from services.common.metrics import MetricsRegistry
@@ -82,6 +84,7 @@ from services.registry.takeover import Takeovers
 from services.registry.watchers import WatchHub
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the cluster side's Unreachable is one
 class ClaimRefused(Exception):
     """The cluster's directory did not give this node the client id; the message says why
     (the CONNECT gets 0x88)."""
