@@ -1,4 +1,5 @@
-"""Build: the listener's per-message path is compiled to C with mypyc.
+"""Build: the listener's per-message path (and the registry's connect path) is compiled
+to C with mypyc.
 
 Why: on a slow 2-core machine the listener is interpreter-bound (a flat profile across
 the codec, the session machine, routing and the connection glue), and mypyc turns the
