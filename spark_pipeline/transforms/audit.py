@@ -250,10 +250,13 @@ def expected_rows(
     return derived(_unlisted(pairs, expectations)).unionByName(listed)
 
 
-def unlisted_subscribers(pairs: DataFrame, expectations: DataFrame) -> DataFrame:
-    """Subscribers delivered to (``delivery_pairs`` rows) that the expect file does not
-    list: none means ``delivery_audit`` may skip the deliveries rule (``derive``)."""
-    subscribers = pairs.where(F.col("deliveries") > 0).select("subscriber").distinct()
+def unlisted_subscribers(events: DataFrame, expectations: DataFrame) -> DataFrame:
+    """Subscribers delivered to that the expect file does not list: none means
+    ``delivery_audit`` may skip the deliveries rule (``derive``)."""
+    delivered = of_event(events, "message.delivered").where(
+        F.col("msg_id").isNotNull() & F.col("client_id").isNotNull()
+    )
+    subscribers = delivered.select(F.col("client_id").alias("subscriber")).distinct()
     return _unlisted(subscribers, expectations)
 
 

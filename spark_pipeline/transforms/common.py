@@ -14,11 +14,13 @@ from spark_pipeline.schemas import EVENT_SCHEMAS
 
 
 def of_event(events: DataFrame, name: str) -> DataFrame:
-    """Rows of one event with that event's fields (those ``events`` kept) plus ``_lk``."""
+    """Rows of one event with that event's fields (those ``events`` kept) plus ``_lk``
+    (when ``events`` has it)."""
     schema = EVENT_SCHEMAS[name]
     present = set(events.columns)
     cols = [F.col(f.name) for f in schema.fields if f.name in present]
-    return events.where(F.col("event") == name).select(*cols, F.col("_lk"))
+    lk = [F.col("_lk")] if "_lk" in present else []
+    return events.where(F.col("event") == name).select(*cols, *lk)
 
 
 LK_FIELDS = ("ts", "file", "block", "row")
