@@ -23,7 +23,7 @@ and then write them, cost as much again as the parse (5M events: 55 s for the st
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -146,33 +146,50 @@ def stage_chunks(
 
 
 def _fill_stats(written: DataFrame, chunks: Sequence[ChunkInfo]) -> None:
-    """Each chunk's counts, from its staged rows (a corrupt line's ``date`` is null)."""
+    """Each chunk's counts, from its staged rows (a corrupt line's ``date`` is null).
+
+    Grouped by every value a count or a set depends on, then folded here: a handful of
+    groups per chunk, and a hash aggregate (``collect_set`` would make Spark aggregate
+    each of the lines through objects, several times slower).
+    """
     ok = F.col("date").isNotNull()
-
-    def count(cond: Column) -> Column:
-        return F.coalesce(F.sum(cond.cast("long")), F.lit(0)).cast("long")
-
-    rows = (
-        written.groupBy("_chunk")
+    groups = (
+        written.groupBy(
+            "_chunk",
+            F.col("date").cast("string").alias("date"),
+            F.when(ok, F.col("schema")).alias("schema"),
+            (ok & ~F.col("event").isin(*sorted(EVENTS))).alias("unknown"),
+        )
         .agg(
             F.count(F.lit(1)).alias("lines"),
-            count(ok).alias("events"),
-            count(~ok).alias("corrupt_lines"),
-            count(ok & ~F.col("event").isin(*sorted(EVENTS))).alias("unknown_events"),
-            F.sort_array(F.collect_set(F.when(ok, F.col("schema")))).alias("schema_versions"),
             F.unix_micros(F.min(F.when(ok, F.col("ts")))).alias("first_us"),
             F.unix_micros(F.max(F.when(ok, F.col("ts")))).alias("last_us"),
-            F.sort_array(F.collect_set(F.when(ok, F.col("date").cast("string")))).alias("dates"),
         )
         .collect()
     )
     by_id = {c.id: c for c in chunks}
-    for r in rows:
-        c = by_id[r["_chunk"]]
-        c.lines, c.events = int(r["lines"]), int(r["events"])
-        c.corrupt_lines, c.unknown_events = int(r["corrupt_lines"]), int(r["unknown_events"])
-        c.schema_versions, c.dates = list(r["schema_versions"]), list(r["dates"])
-        c.first_us, c.last_us = r["first_us"], r["last_us"]
+    seen: set[int] = set()
+    for g in groups:
+        c = by_id[g["_chunk"]]
+        if c.id not in seen:
+            seen.add(c.id)
+            c.lines = c.events = c.corrupt_lines = c.unknown_events = 0
+            c.schema_versions, c.dates, c.first_us, c.last_us = [], [], None, None
+        lines = int(g["lines"])
+        c.lines += lines
+        if g["date"] is None:
+            c.corrupt_lines += lines
+            continue
+        c.events += lines
+        c.unknown_events += lines if g["unknown"] else 0
+        c.schema_versions = sorted({*c.schema_versions, g["schema"]} - {None})
+        c.dates = sorted({*c.dates, g["date"]})
+        c.first_us = _fold(min, c.first_us, g["first_us"])
+        c.last_us = _fold(max, c.last_us, g["last_us"])
+
+
+def _fold(pick: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else pick(a, b)
 
 
 def _printable(text: str, limit: int = 120) -> str:
