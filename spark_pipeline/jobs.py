@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 
 from spark_pipeline import DEFAULT_MASTER, extract, manifest, staging
 from spark_pipeline.expect import Expectation, load_expectations
-from spark_pipeline.schemas import used_columns
+from spark_pipeline.schemas import EVENT_SCHEMAS, used_columns
 from spark_pipeline.session import build_spark
 from spark_pipeline.tables import TABLES, TableSpec
 from spark_pipeline.transforms import audit, flow, ops
@@ -92,7 +92,7 @@ def table_builders(
     refusals) share one scan of the staged lines, cached at first use, instead of
     scanning every line once or twice each; so do the tables of deliveries' latency.
     """
-    rare = functools.cache(lambda: cache(events.where(F.col("event").isin(*sorted(RARE_EVENTS)))))
+    rare = functools.cache(lambda: cache(rare_lines(events)))
     latency = functools.cache(lambda: cache(flow.latency_lines(events)))
     return {
         "sessions": lambda: sessions(rare()),
@@ -106,6 +106,13 @@ def table_builders(
         "node_load": lambda: ops.node_load(events),
         "netsplits": lambda: ops.netsplits(rare()),
     }
+
+
+def rare_lines(events: DataFrame) -> DataFrame:
+    """The lines of ``RARE_EVENTS``, with only the columns those events have."""
+    fields = {f.name for name in RARE_EVENTS for f in EVENT_SCHEMAS[name].fields} | {"_lk"}
+    wanted = F.col("event").isin(*sorted(RARE_EVENTS))
+    return events.where(wanted).select(*[c for c in events.columns if c in fields])
 
 
 def audit_table(
