@@ -172,9 +172,9 @@ class Committer:
                 await self._sleep(due)
                 continue
             await self._gather()
-            group = self._take()
+            group, ops = self._take()
             now = self.clock()
-            if self._where.inline(sum(p.job.ops for p in group), now):
+            if self._where.inline(ops, now):
                 outcome = self._write(group)  # small, on an idle store: see the docstring
             else:
                 outcome = await loop.run_in_executor(self._executor, self._write, group)
@@ -214,7 +214,8 @@ class Committer:
         writers = {p.writer for p in self._pending}
         return any(s not in writers for s in busy)
 
-    def _take(self) -> list[_Pending]:
+    def _take(self) -> tuple[list[_Pending], int]:
+        """The next group, and its operations."""
         group = [self._pending.popleft()]
         ops = group[0].job.ops
         while self._pending and ops + self._pending[0].job.ops <= self.max_batch:
@@ -222,7 +223,7 @@ class Committer:
             ops += item.job.ops
             group.append(item)
         self._pending_ops -= ops
-        return group
+        return group, ops
 
     def _sync_due_in(self) -> float | None:
         """Seconds until the interval policy must sync; None when nothing waits for it."""

@@ -179,10 +179,10 @@ class Backends:
             raise self._refuse("Failover", state)
         return state
 
-    async def limit_queues(self, limits: Sequence[tuple[SessionKey, int, int]]) -> int:
+    async def limit_queues(self, limits: Sequence[tuple[SessionKey, int, int]]) -> None:
         """Set existing queues' length limits, each ``(key, epoch, max_len)`` at that epoch
-        (online and offline sessions differ); how many the store refused, each logged (a
-        newer session's queue keeps the limit its Open set)."""
+        (online and offline sessions differ). A limit the store refuses is logged (a newer
+        session's queue keeps the limit its Open set); the others are set."""
         request = msgstore_pb2.LimitRequest(
             limits=[
                 msgstore_pb2.QueueLimit(key=pb_key(key), epoch=epoch, max_len=max_len)
@@ -192,10 +192,9 @@ class Backends:
         reply: msgstore_pb2.LimitReply = await self._call(
             "msgstore", "Limit", self.msgstore.Limit, request
         )
-        refused = [state for state in reply.states if state.error]
-        for state in refused:
-            self._refuse("Limit", state)
-        return len(refused)
+        for state in reply.states:
+            if state.error:
+                self._refuse("Limit", state)
 
     async def delete_queue(self, step: DeleteQueue) -> msgstore_pb2.QueueState:
         request = msgstore_pb2.DeleteRequest(

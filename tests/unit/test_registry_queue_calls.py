@@ -37,9 +37,8 @@ class FakeStore:
     async def delete_queue(self, step: DeleteQueue) -> None:
         self.calls.append(("delete", step.key, step.epoch))
 
-    async def limit_queues(self, limits: Sequence[tuple[SessionKey, int, int]]) -> int:
+    async def limit_queues(self, limits: Sequence[tuple[SessionKey, int, int]]) -> None:
         self.calls.append(("limit", *limits))
-        return 0
 
 
 def _calls(store: FakeStore) -> QueueCalls:
@@ -118,11 +117,10 @@ def test_the_next_call_waits_for_a_limit_already_sent() -> None:
         release = asyncio.Event()
         sent: list[tuple[Any, ...]] = []
 
-        async def slow_limits(limits: Sequence[tuple[SessionKey, int, int]]) -> int:
+        async def slow_limits(limits: Sequence[tuple[SessionKey, int, int]]) -> None:
             sent.append(tuple(limits))
             await release.wait()
             store.calls.append(("limit", *limits))
-            return 0
 
         store.limit_queues = slow_limits  # type: ignore[method-assign]
         calls.limit_behind(A, 3, 1000)
