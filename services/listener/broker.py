@@ -276,7 +276,9 @@ class Broker:
         queued = Queued(self, key, target, msg, qos, retain, sub_ids, ctx)
         if ctx is not None:
             ctx.left += 1
-        self.store.append(key[0], key[1], 0, encoded[1], qos, retain, sub_ids, queued.done)
+        self.store.append(
+            key[0], key[1], 0, encoded[1], qos, retain, sub_ids, queued.done, target is None
+        )
         self.metrics.queued.inc()
         if target is None and self.offline_hook is not None:
             self.offline_hook(key[0], key[1], qos, msg.topic, msg.payload, retain)
@@ -417,7 +419,9 @@ class Broker:
             target.appending += 1
         queued = Queued(self, key, target, msg, qos, retain, sub_ids, Completion(done))
         encoded = convert.message_field(msg, self.node)
-        self.store.append(key[0], key[1], 0, encoded, qos, retain, sub_ids, queued.done)
+        self.store.append(
+            key[0], key[1], 0, encoded, qos, retain, sub_ids, queued.done, target is None
+        )
         self.metrics.queued.inc()
         if target is None and self.offline_hook is not None:
             self.offline_hook(key[0], key[1], qos, msg.topic, msg.payload, retain)

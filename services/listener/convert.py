@@ -357,8 +357,17 @@ _DELIVERY_TAILS: Final = [
 ]
 
 
+_OFFLINE: Final = b"\x20\x01"  # Append.offline = true (field 4, varint)
+
+
 def append_entry(
-    key: bytes, epoch: int, msg: bytes, qos: int, retain: bool, sub_ids: tuple[int, ...]
+    key: bytes,
+    epoch: int,
+    msg: bytes,
+    qos: int,
+    retain: bool,
+    sub_ids: tuple[int, ...],
+    offline: bool = False,
 ) -> bytes:
     """One ``Append`` as field 2 of ``StoreBatch``; ``key`` from :func:`key_field`, ``msg``
     from :func:`message_field`. (Once per message and subscriber: one join, no helpers
@@ -369,9 +378,10 @@ def append_entry(
     n = len(msg) + len(tail)
     delivery_len = _SMALL[n] if n < 0x80 else varint(n)
     head = key + b"\x10" + varint(epoch) + b"\x1a" if epoch else key + b"\x1a"
-    size = len(head) + len(delivery_len) + n
+    flag = _OFFLINE if offline else b""
+    size = len(head) + len(delivery_len) + n + len(flag)
     size_bytes = _SMALL[size] if size < 0x80 else varint(size)
-    return b"".join((b"\x12", size_bytes, head, delivery_len, msg, tail))
+    return b"".join((b"\x12", size_bytes, head, delivery_len, msg, tail, flag))
 
 
 def ack_entry(key: bytes, epoch: int, seqs: list[int], delivered_upto: int) -> bytes:

@@ -170,11 +170,14 @@ class StoreClient:
         retain: bool,
         sub_ids: tuple[int, ...],
         callback: AppendCallback,
+        offline: bool = False,
     ) -> None:
         """Queue one delivery; ``msg`` is ``convert.message_field`` of the message, shared
-        by every copy of one publish (encoded once). ``callback`` gets the result."""
+        by every copy of one publish (encoded once). ``callback`` gets the result.
+        ``offline``: this listener holds no connection of the session, so the queue's
+        offline limit applies (``max_offline_messages``)."""
         entry = convert.append_entry(
-            self.key(mountpoint, client_id), epoch, msg, qos, retain, sub_ids
+            self.key(mountpoint, client_id), epoch, msg, qos, retain, sub_ids, offline
         )
         size = len(entry)
         if size > self.max_append:

@@ -50,7 +50,6 @@ from services.msgstore.model import (
     BatchResult,
     Collected,
     Job,
-    LimitQueue,
     OpenQueue,
     QueueState,
     Result,
@@ -61,7 +60,7 @@ from services.msgstore.queue import QueueStore, failed_result
 POLICIES = ("always", "interval", "never")
 LOG_PERIOD = 1.0  # store.commit is sampled: at most one line per second
 BUSY_FOR = 0.02  # s after its last batch that a stream still counts as busy (waited for)
-_QUEUE_OPS: dict[type, str] = {OpenQueue: "open", LimitQueue: "limit"}  # else "delete"
+_QUEUE_OPS: dict[type, str] = {OpenQueue: "open"}  # else "delete"
 
 
 @dataclass(slots=True)

@@ -41,7 +41,9 @@ def batch_from_pb(
     appends: list[Append] = []
     for a in wire.appends(data, logged is not None):  # one per subscriber of a publish
         # Append(...) without the NamedTuple's Python-level __new__
-        appends.append(_tuple_new(Append, ((a.mountpoint, a.client_id), a.epoch, a.delivery)))
+        appends.append(
+            _tuple_new(Append, ((a.mountpoint, a.client_id), a.epoch, a.delivery, a.offline))
+        )
         if logged is not None:
             logged.append((a.msg_id, a.qos))
     return WriteBatch(
@@ -93,7 +95,7 @@ _OK = AppendStatus.OK
 def log_queued(
     appends: Sequence[Append], logged: list[tuple[str, int]], result: BatchResult
 ) -> None:
-    for (sid, epoch, _data), (msg_id, qos), (status, seq) in zip(
+    for (sid, epoch, _data, _offline), (msg_id, qos), (status, seq) in zip(
         appends, logged, result.results, strict=True
     ):
         if status == _OK:

@@ -40,6 +40,7 @@ class Append(NamedTuple):
     session: SessionKey
     epoch: int  # 0 = unfenced
     data: bytes
+    offline: bool = False  # no connection of the session is live: the offline limit applies
 
 
 class Ack(NamedTuple):
@@ -89,21 +90,10 @@ class OpenQueue:
     epoch: int
     create: bool = False
     clean: bool = False
-    max_len: int = 0  # 0 = unlimited
+    max_len: int = 0  # while the session is online; 0 = unlimited
     # A replicated queue's replica set, this node (the primary) first; () = not replicated.
     replicas: tuple[str, ...] = ()
-
-    ops = 1
-
-
-@dataclass(frozen=True, slots=True)
-class LimitQueue:
-    """A new length limit for an existing queue at ``epoch`` (its session ended: the
-    offline limit): nothing else of the queue changes."""
-
-    session: SessionKey
-    epoch: int
-    max_len: int  # 0 = unlimited
+    max_offline: int = 0  # for appends made while it is offline; 0 = unlimited
 
     ops = 1
 
@@ -166,15 +156,7 @@ class FenceQueue:
     ops = 1
 
 
-Job = (
-    WriteBatch
-    | OpenQueue
-    | LimitQueue
-    | DeleteQueue
-    | CollectTombstones
-    | ReplicaWrite
-    | FenceQueue
-)
+Job = WriteBatch | OpenQueue | DeleteQueue | CollectTombstones | ReplicaWrite | FenceQueue
 
 
 class AppendResult(NamedTuple):
@@ -213,6 +195,7 @@ class QueueState:
     size: int = 0  # bytes of live entries
     delivered_upto: int = 0
     max_len: int = 0
+    max_offline: int = 0
     inbound_qos2: tuple[int, ...] = ()
     outbound_pubrel: tuple[int, ...] = ()
     error: str = ""
@@ -268,7 +251,10 @@ class StoreStats:
     top: list[QueueState] = field(default_factory=list)
 
 
-_META = struct.Struct(">BQQQQQQII")
+_META = struct.Struct(">BQQQQQQIII")
+# Records written before queues had an offline limit of their own: their one limit
+# serves both (it was the offline one while the session was offline).
+_META_V1 = struct.Struct(">BQQQQQQII")
 
 
 @dataclass(slots=True)
@@ -290,6 +276,7 @@ class QueueMeta:
     # A copy another node's primary feeds: this node's own appends are refused (a stale
     # route to the session's old node must not write into it).
     replica: bool = False
+    max_offline: int = 0  # the limit for appends made while the session is offline
 
     def encode(self) -> bytes:
         return _META.pack(
@@ -302,12 +289,19 @@ class QueueMeta:
             self.delivered_upto,
             self.max_len,
             self.marks,
+            self.max_offline,
         )
 
     @classmethod
     def decode(cls, raw: bytes) -> QueueMeta:
-        flags, epoch, last, acked, count, size, delivered, max_len, marks = _META.unpack(raw)
+        if len(raw) == _META_V1.size:
+            flags, epoch, last, acked, count, size, delivered, max_len, marks = _META_V1.unpack(raw)
+            max_offline = max_len
+        else:
+            flags, epoch, last, acked, count, size, delivered, max_len, marks, max_offline = (
+                _META.unpack(raw)
+            )
         return cls(
             bool(flags & 1), epoch, last, acked, count, size, delivered, max_len, marks,
-            bool(flags & 2), bool(flags & 4),
+            bool(flags & 2), bool(flags & 4), max_offline,
         )  # fmt: skip

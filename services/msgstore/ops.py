@@ -28,7 +28,6 @@ from services.msgstore.model import (
     DeleteQueue,
     FenceQueue,
     Job,
-    LimitQueue,
     Mark,
     MarkKind,
     OpenQueue,
@@ -98,6 +97,7 @@ def queue_state(
         meta.size,
         meta.delivered_upto,
         meta.max_len,
+        meta.max_offline,
         inbound,
         outbound,
         error,
@@ -203,7 +203,8 @@ def _append(t: Txn, op: Append) -> AppendResult:
     epoch = op.epoch
     if (epoch and epoch < meta.epoch) or meta.replica:
         return _STALE
-    if meta.max_len and meta.count >= meta.max_len:
+    limit = meta.max_offline if op.offline else meta.max_len
+    if limit and meta.count >= limit:
         return _QUEUE_FULL
     data = op.data
     size = len(data)
@@ -303,28 +304,12 @@ def _open(t: Txn, job: OpenQueue) -> QueueState:
         t.delta.queues += 1
     meta.epoch = job.epoch
     meta.max_len = job.max_len
+    meta.max_offline = job.max_offline
     meta.replica = False  # opened by this node's registry: the session is owned here
     t.store(sess, meta)
     if job.replicas or meta.replicated:
         replicated.on_open(t, sess, meta, job, job.clean and not created)
     return queue_state(t.txn, job.session, sess, meta, created=created)
-
-
-def _limit(t: Txn, job: LimitQueue) -> QueueState:
-    """Only the queue of ``job.epoch`` takes the limit: a newer epoch is a newer session
-    (its Open set its own), and a missing queue is not created."""
-    found = t.live(job.session)
-    if found is None:
-        return QueueState(job.session)
-    sess, meta = found
-    if meta.epoch != job.epoch:
-        return queue_state(
-            t.txn, job.session, sess, meta, error=f"epoch {job.epoch} is not {meta.epoch}"
-        )
-    if meta.max_len != job.max_len:
-        meta.max_len = job.max_len
-        t.store(sess, meta)
-    return queue_state(t.txn, job.session, sess, meta)
 
 
 def _delete(t: Txn, job: DeleteQueue) -> QueueState:
@@ -373,7 +358,6 @@ def _collect(t: Txn, job: CollectTombstones) -> Collected:
 _HANDLERS: dict[type, Callable[[Txn, object], Result]] = {
     WriteBatch: _batch,  # type: ignore[dict-item]
     OpenQueue: _open,  # type: ignore[dict-item]
-    LimitQueue: _limit,  # type: ignore[dict-item]
     DeleteQueue: _delete,  # type: ignore[dict-item]
     CollectTombstones: _collect,  # type: ignore[dict-item]
     ReplicaWrite: replicated.replica_write,  # type: ignore[dict-item]

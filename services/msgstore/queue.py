@@ -18,8 +18,11 @@ count and bytes, ``delivered_upto`` and the number of QoS 2 marks.
   unfenced (a publisher routing to the queue, expiry, inspection).
   A deleted queue leaves a tombstone with its epoch, so fencing outlives the delete;
   ``tombstones`` says when it may go (:class:`~services.msgstore.model.CollectTombstones`).
-* ``max_len`` bounds live entries: the append past it gets QUEUE_FULL. Every Open sets
-  it (0 = unlimited), so the owner states the session's limit when it takes the queue.
+* Two limits bound live entries, the append past its limit gets QUEUE_FULL: ``max_len``
+  while the session is online, ``max_offline`` for an append marked ``offline`` (the
+  listener holds no connection of the session). Every Open sets both (0 = unlimited), so
+  the owner states the session's limits when it takes the queue, and a session's end
+  needs no call to the store: the first append after it is marked offline.
 * A full store: appends get STORE_ERROR once live data fills ``APPEND_FILL_LIMIT`` of
   the engine; the rest is a reserve so that acks and deletes, which need free pages in
   LMDB too, can still drain it.

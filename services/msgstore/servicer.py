@@ -38,7 +38,6 @@ from services.msgstore.model import (
     AppendStatus,
     BatchResult,
     DeleteQueue,
-    LimitQueue,
     Mark,
     OpenQueue,
     QueueState,
@@ -218,7 +217,7 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         sid = session_key(request.key)
         job = OpenQueue(
             sid, request.epoch, request.create, request.clean, request.max_len,
-            tuple(request.replicas),
+            tuple(request.replicas), request.max_offline_len,
         )  # fmt: skip
         if self.cluster is None:
             state = await self.committer.submit(job)
@@ -233,23 +232,6 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             mountpoint, client_id = state.session
             log.emit("queue.created", client_id=client_id, mountpoint=mountpoint, epoch=state.epoch)
         return state_to_pb(state)
-
-    async def Limit(
-        self, request: msgstore_pb2.LimitRequest, context: Any
-    ) -> msgstore_pb2.LimitReply:
-        """Every limit is its own job, so one the store refuses leaves the others; submitted
-        together, they share one group commit. The queue's epoch stays, so a replicated
-        queue's replication goes on undisturbed (an Open pauses it)."""
-        jobs = [
-            LimitQueue(session_key(limit.key), limit.epoch, limit.max_len)
-            for limit in request.limits
-        ]
-        states = await asyncio.gather(*(self.committer.submit(job) for job in jobs))
-        reply = msgstore_pb2.LimitReply()
-        for state in states:
-            assert isinstance(state, QueueState)
-            reply.states.append(state_to_pb(state))
-        return reply
 
     async def Delete(
         self, request: msgstore_pb2.DeleteRequest, context: Any

@@ -107,10 +107,10 @@ def delivery_head(data: bytes, pos: int, end: int, msg_id: str, qos: int) -> tup
 
 
 class WireAppend:
-    """One ``Append``: its session, epoch and ``Delivery`` bytes, and the delivery's
-    ``msg_id`` and ``qos`` when asked for (``read`` with ``head``)."""
+    """One ``Append``: its session, epoch, ``offline`` flag and ``Delivery`` bytes, and the
+    delivery's ``msg_id`` and ``qos`` when asked for (``read`` with ``head``)."""
 
-    __slots__ = ("client_id", "delivery", "epoch", "mountpoint", "msg_id", "qos")
+    __slots__ = ("client_id", "delivery", "epoch", "mountpoint", "msg_id", "offline", "qos")
 
     def __init__(self) -> None:
         self.mountpoint = ""
@@ -119,6 +119,7 @@ class WireAppend:
         self.delivery = b""
         self.msg_id = ""
         self.qos = 0
+        self.offline = False
 
     def read(self, data: bytes, pos: int, end: int, head: bool) -> None:
         parts: list[bytes] = []
@@ -140,6 +141,9 @@ class WireAppend:
                         data, pos, pos + length, self.msg_id, self.qos
                     )
                 pos += length
+            elif tag == 0x20:  # 4 offline
+                value, pos = varint(data, pos)
+                self.offline = value != 0
             else:
                 pos = skip(data, pos, tag & 7)
         self.delivery = parts[0] if len(parts) == 1 else b"".join(parts)

@@ -169,30 +169,34 @@ class FetchReply(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[ReplicaEntry, _Mapping]]] = ..., last_seq: _Optional[int] = ..., error: _Optional[str] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FailoverRequest(_message.Message):
-    __slots__ = ("key", "epoch", "copies", "replicas", "max_len", "uncertain")
+    __slots__ = ("key", "epoch", "copies", "replicas", "max_len", "max_offline_len", "uncertain")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COPIES_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFLINE_LEN_FIELD_NUMBER: _ClassVar[int]
     UNCERTAIN_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     copies: _containers.RepeatedScalarFieldContainer[str]
     replicas: _containers.RepeatedScalarFieldContainer[str]
     max_len: int
+    max_offline_len: int
     uncertain: bool
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., copies: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[str]] = ..., max_len: _Optional[int] = ..., uncertain: _Optional[bool] = ...) -> None: ...
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., copies: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[str]] = ..., max_len: _Optional[int] = ..., max_offline_len: _Optional[int] = ..., uncertain: _Optional[bool] = ...) -> None: ...
 
 class Append(_message.Message):
-    __slots__ = ("key", "epoch", "delivery")
+    __slots__ = ("key", "epoch", "delivery", "offline")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     delivery: _common_pb2.Delivery
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, _Mapping]] = ...) -> None: ...
+    offline: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., delivery: _Optional[_Union[_common_pb2.Delivery, _Mapping]] = ..., offline: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("key", "epoch", "seqs", "delivered_upto")
@@ -247,42 +251,22 @@ class StoreBatchResult(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[AppendStatus, str]]] = ..., seqs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
-    __slots__ = ("key", "epoch", "create", "clean", "max_len", "replicas")
+    __slots__ = ("key", "epoch", "create", "clean", "max_len", "replicas", "max_offline_len")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CREATE_FIELD_NUMBER: _ClassVar[int]
     CLEAN_FIELD_NUMBER: _ClassVar[int]
     MAX_LEN_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFLINE_LEN_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     epoch: int
     create: bool
     clean: bool
     max_len: int
     replicas: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., create: _Optional[bool] = ..., clean: _Optional[bool] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class QueueLimit(_message.Message):
-    __slots__ = ("key", "epoch", "max_len")
-    KEY_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    MAX_LEN_FIELD_NUMBER: _ClassVar[int]
-    key: _common_pb2.SessionKey
-    epoch: int
-    max_len: int
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., max_len: _Optional[int] = ...) -> None: ...
-
-class LimitRequest(_message.Message):
-    __slots__ = ("limits",)
-    LIMITS_FIELD_NUMBER: _ClassVar[int]
-    limits: _containers.RepeatedCompositeFieldContainer[QueueLimit]
-    def __init__(self, limits: _Optional[_Iterable[_Union[QueueLimit, _Mapping]]] = ...) -> None: ...
-
-class LimitReply(_message.Message):
-    __slots__ = ("states",)
-    STATES_FIELD_NUMBER: _ClassVar[int]
-    states: _containers.RepeatedCompositeFieldContainer[QueueState]
-    def __init__(self, states: _Optional[_Iterable[_Union[QueueState, _Mapping]]] = ...) -> None: ...
+    max_offline_len: int
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., create: _Optional[bool] = ..., clean: _Optional[bool] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., max_offline_len: _Optional[int] = ...) -> None: ...
 
 class QueueState(_message.Message):
     __slots__ = ("key", "exists", "epoch", "last_seq", "acked", "count", "delivered_upto", "inbound_qos2", "outbound_pubrel", "error", "replicas", "committed")

@@ -44,11 +44,6 @@ class MsgStoreStub:
                 request_serializer=services_dot_pb_dot_msgstore__pb2.OpenRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_msgstore__pb2.QueueState.FromString,
                 _registered_method=True)
-        self.Limit = channel.unary_unary(
-                '/ternmq.msgstore.MsgStore/Limit',
-                request_serializer=services_dot_pb_dot_msgstore__pb2.LimitRequest.SerializeToString,
-                response_deserializer=services_dot_pb_dot_msgstore__pb2.LimitReply.FromString,
-                _registered_method=True)
         self.Read = channel.unary_unary(
                 '/ternmq.msgstore.MsgStore/Read',
                 request_serializer=services_dot_pb_dot_msgstore__pb2.ReadRequest.SerializeToString,
@@ -94,16 +89,6 @@ class MsgStoreServicer:
 
     def Open(self, request, context):
         """Set a queue's epoch (fencing), optionally create it or wipe it (clean start).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Limit(self, request, context):
-        """Set the length limit of existing queues, at their current epoch: the registry sends
-        the offline limits of the sessions that ended lately in one call. Each answered in
-        order; a queue the store holds at a newer epoch keeps its own limit (its state has
-        `error`), and a missing one is not created.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -165,11 +150,6 @@ def add_MsgStoreServicer_to_server(servicer, server):
                     servicer.Open,
                     request_deserializer=services_dot_pb_dot_msgstore__pb2.OpenRequest.FromString,
                     response_serializer=services_dot_pb_dot_msgstore__pb2.QueueState.SerializeToString,
-            ),
-            'Limit': grpc.unary_unary_rpc_method_handler(
-                    servicer.Limit,
-                    request_deserializer=services_dot_pb_dot_msgstore__pb2.LimitRequest.FromString,
-                    response_serializer=services_dot_pb_dot_msgstore__pb2.LimitReply.SerializeToString,
             ),
             'Read': grpc.unary_unary_rpc_method_handler(
                     servicer.Read,
@@ -256,33 +236,6 @@ class MsgStore:
             '/ternmq.msgstore.MsgStore/Open',
             services_dot_pb_dot_msgstore__pb2.OpenRequest.SerializeToString,
             services_dot_pb_dot_msgstore__pb2.QueueState.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Limit(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/ternmq.msgstore.MsgStore/Limit',
-            services_dot_pb_dot_msgstore__pb2.LimitRequest.SerializeToString,
-            services_dot_pb_dot_msgstore__pb2.LimitReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,7 +12,7 @@ turns into a refused CONNECT or a later retry — never a crash.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -112,6 +112,7 @@ class Backends:
             clean=step.clean,
             max_len=step.max_len,
             replicas=self.replica_set(step.key),
+            max_offline_len=step.max_offline,
         )
         state: msgstore_pb2.QueueState = await self._call(
             "msgstore", "Open", self.msgstore.Open, request
@@ -156,20 +157,22 @@ class Backends:
         key: SessionKey,
         epoch: int,
         copies: tuple[str, ...],
-        max_len: int,
+        limits: tuple[int, int],
         uncertain: bool = True,
     ) -> msgstore_pb2.QueueState:
         """Make this node the primary of ``key``'s replicated queue, whose primary is
         down: the msgstore reads the other copies (DESIGN §4). Refused (BackendError)
         when too few of them answer. ``uncertain``: what the old primary sent to the
         client is not known (it died with it), so every entry counts as sent once; a
-        live handover, which carries the exact delivery state after, passes False."""
+        live handover, which carries the exact delivery state after, passes False.
+        ``limits``: the queue's online and offline length limits (0 = unlimited)."""
         request = msgstore_pb2.FailoverRequest(
             key=pb_key(key),
             epoch=epoch,
             copies=list(copies),
             replicas=list(self.replica_set(key)),
-            max_len=max_len,
+            max_len=limits[0],
+            max_offline_len=limits[1],
             uncertain=uncertain,
         )
         state: msgstore_pb2.QueueState = await self._call(
@@ -178,23 +181,6 @@ class Backends:
         if state.error:
             raise self._refuse("Failover", state)
         return state
-
-    async def limit_queues(self, limits: Sequence[tuple[SessionKey, int, int]]) -> None:
-        """Set existing queues' length limits, each ``(key, epoch, max_len)`` at that epoch
-        (online and offline sessions differ). A limit the store refuses is logged (a newer
-        session's queue keeps the limit its Open set); the others are set."""
-        request = msgstore_pb2.LimitRequest(
-            limits=[
-                msgstore_pb2.QueueLimit(key=pb_key(key), epoch=epoch, max_len=max_len)
-                for key, epoch, max_len in limits
-            ]
-        )
-        reply: msgstore_pb2.LimitReply = await self._call(
-            "msgstore", "Limit", self.msgstore.Limit, request
-        )
-        for state in reply.states:
-            if state.error:
-                self._refuse("Limit", state)
 
     async def delete_queue(self, step: DeleteQueue) -> msgstore_pb2.QueueState:
         request = msgstore_pb2.DeleteRequest(

@@ -12,7 +12,6 @@ import asyncio
 
 from services.common.session_key import SessionKey
 from services.registry.backends import BackendError
-from services.registry.queue_calls import MAX_LIMITS
 from services.registry.records import subs_ops
 from services.registry.registrar import Registrar
 from services.registry.sessions import DeleteQueue, PublishSession, Session
@@ -47,14 +46,6 @@ async def recover(registrar: Registrar, sessions: list[Session], reserved: int) 
             await registrar.backends.put_meta(ops)
         except BackendError:
             break  # logged; gossip is not up, each record is rewritten at its next change
-    limit = registrar.table.policy.max_offline_messages
-    for start in range(0, len(persistent), MAX_LIMITS):
-        # they were online when the node died: offline limits now
-        batch = persistent[start : start + MAX_LIMITS]
-        try:
-            await registrar.backends.limit_queues([(s.key, s.epoch, limit) for s in batch])
-        except BackendError:
-            return deferred  # logged; the msgstore is down: the limit is set at the next change
     return deferred
 
 

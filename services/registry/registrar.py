@@ -448,23 +448,11 @@ class Registrar:
 
         The session is offline at once, so a client that reconnects right after its
         DISCONNECT resumes it without waiting, and takes nothing over (no command to the
-        old listener, no ``session.takeover``). Its queue's offline limit follows behind
-        with others' (``QueueCalls.limit_behind``), or gives way to the id's next queue
-        call (the resume's Open sets the online one): until it lands a publisher's copy
-        may still find the online limit (``max_online_messages`` plus the inflight
-        window) in force. Not for a takeover: the new registration sets its own.
+        old listener, no ``session.takeover``). Its queue needs no call: the listener
+        marks the appends it makes from now on offline, and the store applies the offline
+        limit the queue's Open set (``services.registry.queue_calls``).
         """
-        current = self.table.get(key)
-        offline_limit = (
-            current is not None
-            and current.epoch == epoch
-            and current.online
-            and current.persistent
-            and not self.takeovers.waited_for(key, epoch)
-        )
         session = self.table.disconnected(key, epoch, session_expiry, self.clock())
-        if offline_limit and session is not None:
-            self.queues.limit_behind(key, epoch, self.table.policy.max_offline_messages)
         if session is None:
             self._stale.inc()
             if drop_subs and self.table.get(key) is None:

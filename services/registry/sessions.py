@@ -51,14 +51,20 @@ class Policy:
     A queue's length limit depends on whether its session is online: while it is, the
     queue holds what is in flight and buffered for it (``max_online_len`` =
     max_online_messages + the inflight window); once it is offline, what it may collect
-    (``max_offline_messages``). The registry re-opens the queue with the offline limit
-    when the connection ends.
+    (``max_offline_messages``). Every Open gives the store both; the listener marks each
+    append made while it holds no connection of the session, and the store applies the
+    offline limit to those.
     """
 
     persistent_client_expiration: int = NEVER
     max_session_expiry_interval: int = NEVER
     max_offline_messages: int = 0
     max_online_len: int = 0
+
+    @property
+    def queue_limits(self) -> tuple[int, int]:
+        """A queue's online and offline limits, as an Open sets them."""
+        return self.max_online_len, self.max_offline_messages
 
     def expiry(self, proto_ver: int, requested: int) -> int:
         """The expiry the session really gets, in seconds (0 = ends with the connection)."""
@@ -144,7 +150,8 @@ class OpenQueue:
     key: SessionKey
     epoch: int
     clean: bool
-    max_len: int
+    max_len: int  # while the session is online (0 = unlimited)
+    max_offline: int = 0  # for appends made while it is offline (0 = unlimited)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +183,7 @@ class Plan:
     # No other node can have held the id (alone, no claimed epoch): nothing of it exists
     # outside this table.
     only_node: bool = False
+    max_offline: int = 0
 
     @property
     def keeps_queue(self) -> bool:
@@ -211,7 +219,8 @@ class Plan:
         if old is not None:
             out.append(NotifyTakeover(old.listener_id, s.key, old.epoch, s.epoch, s.node))
         if self.keeps_queue:
-            out.append(OpenQueue(s.key, s.epoch, not self.session_present, self.max_len))
+            clean = not self.session_present
+            out.append(OpenQueue(s.key, s.epoch, clean, self.max_len, self.max_offline))
         elif prev is not None and prev.queued:
             out.append(DeleteQueue(s.key, s.epoch, "clean start"))
         if s.durable:
@@ -321,7 +330,8 @@ class SessionTable:
             username=c.username,
             queued=expiry > 0 or present,
         )
-        return Plan(session, prev, present, self.policy.max_online_len, only_node)
+        max_offline = c.max_offline_messages or self.policy.max_offline_messages
+        return Plan(session, prev, present, self.policy.max_online_len, only_node, max_offline)
 
     def demote(self, key: SessionKey) -> None:
         """The session here is stale (another node owned the id since): it is never resumed;

@@ -30,10 +30,6 @@ class Takeovers:
             "Takeovers that went ahead without the old connection's Disconnected.",
         )
 
-    def waited_for(self, key: SessionKey, epoch: int) -> bool:
-        """A takeover waits for the end of the connection of ``epoch``."""
-        return (key, epoch) in self._waiters
-
     def ended(self, key: SessionKey, epoch: int) -> bool:
         """The connection of ``epoch`` ended: a takeover waiting for it goes on. True if
         one was waiting (it decides what becomes of the old state)."""

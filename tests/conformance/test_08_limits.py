@@ -154,16 +154,17 @@ def _drain(sub: RawClient) -> list[int]:
 def test_max_offline_messages(node: Node) -> None:
     """A persistent session that went offline keeps the first max_offline_messages (50)
     of the QoS 1 messages published meanwhile, not max_online_messages (200); the rest
-    are dropped and logged as ``message.dropped``. The offline limit follows the
-    DISCONNECT within about 10 ms (the registry sends it behind the answer, with other
-    sessions' ends): the test gives it a second. Resumed, the session gets the 50 in
-    order, and what is published while it is online again reaches it."""
+    are dropped and logged as ``message.dropped``. The offline limit holds from the
+    moment the listener has ended the connection: its appends say the session is offline,
+    so no call to the store has to land first and the burst starts at once. Resumed, the
+    session gets the 50 in order, and what is published while it is online again reaches
+    it."""
     t = unique("t")
     cid = unique()
     sub, _ = connected(node.mqtt_port, cid, 4, clean=False)
     sub.subscribe(t, 1)
     sub.disconnect()
-    time.sleep(1.0)
+    wait_event(node, "client.disconnected", lambda e: e.get("client_id") == cid)
     pub, _ = connected(node.mqtt_port, unique(), 4)
     for i in range(2 * MAX_OFFLINE):
         pub.publish(t, b"%d" % i, qos=1)

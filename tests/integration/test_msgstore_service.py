@@ -297,36 +297,31 @@ def test_reads_on_either_side_of_the_inline_limits_return_whole_pages(
     assert ms.stop() == 0
 
 
-def test_limits_apply_to_their_epochs_queues_only(store: Callable[..., MsgStore]) -> None:
-    """``Limit``: one call for several queues, each at its own epoch; a queue at another
-    epoch, or none, is left as it is, and the others still take theirs."""
+def test_appends_marked_offline_meet_the_offline_limit(store: Callable[..., MsgStore]) -> None:
+    """``Open`` sets both limits; an ``Append`` the listener marks offline (it holds no
+    connection of the session) meets the offline one, the others the online one, and a
+    restarted store keeps both."""
     ms = store()
     ms.start()
-    other = common_pb2.SessionKey(mountpoint="", client_id="other")
-    missing = common_pb2.SessionKey(mountpoint="", client_id="missing")
-    ms.stub.Open(msgstore_pb2.OpenRequest(key=KEY, epoch=3, create=True, max_len=100))
-    ms.stub.Open(msgstore_pb2.OpenRequest(key=other, epoch=7, create=True, max_len=100))
-    reply = ms.stub.Limit(
-        msgstore_pb2.LimitRequest(
-            limits=[
-                msgstore_pb2.QueueLimit(key=KEY, epoch=3, max_len=2),
-                msgstore_pb2.QueueLimit(key=other, epoch=6, max_len=2),
-                msgstore_pb2.QueueLimit(key=missing, epoch=1, max_len=2),
-            ]
-        )
+    ms.stub.Open(
+        msgstore_pb2.OpenRequest(key=KEY, epoch=3, create=True, max_len=4, max_offline_len=2)
     )
-    limited, stale, absent = reply.states
-    assert not limited.error and limited.epoch == 3
-    assert stale.error and stale.epoch == 7
-    assert not absent.exists and not absent.error
+
+    def offline(msg_id: str) -> msgstore_pb2.Append:
+        a = append(msg_id, epoch=0)
+        a.offline = True
+        return a
+
     batch = msgstore_pb2.StoreBatch(
-        batch_id=1,
-        appends=[append(f"k{i}", epoch=3) for i in range(3)]
-        + [append(f"o{i}", epoch=7, key=other) for i in range(3)],
+        batch_id=1, appends=[offline(f"f{i}") for i in range(3)] + [append("n", epoch=0)]
     )
     statuses = [status for status, _ in pairs(one_batch(ms, batch))]
     ok, full = msgstore_pb2.APPEND_OK, msgstore_pb2.APPEND_QUEUE_FULL
-    assert statuses == [ok, ok, full, ok, ok, ok]
+    assert statuses == [ok, ok, full, ok]
+    assert ms.stop() == 0
+    ms.start()
+    batch = msgstore_pb2.StoreBatch(batch_id=2, appends=[offline("g"), append("m", epoch=0)])
+    assert [status for status, _ in pairs(one_batch(ms, batch))] == [full, ok]
     assert ms.stop() == 0
 
 

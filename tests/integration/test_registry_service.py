@@ -57,7 +57,6 @@ class CallLog:
     opens_open: threading.Event = field(default_factory=threading.Event)  # clear: Opens hang
     store_epoch: int = 0  # Opens below this epoch are refused, as by a store ahead of us
     opens_arrived: int = 0  # Opens received, answered or hanging
-    limits_arrived: int = 0  # Limit calls received, answered or hanging (opens_open too)
 
     def __post_init__(self) -> None:
         self.puts_open.set()
@@ -99,22 +98,6 @@ class FakeMsgStore(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc]
             with self.calls.lock:
                 self.calls.queues[(request.key.mountpoint, request.key.client_id)] = request.epoch
         return msgstore_pb2.QueueState(key=request.key, exists=True, epoch=request.epoch)
-
-    def Limit(self, request: Any, context: Any) -> Any:
-        """Recorded one limit at a time, as ``Limit`` entries, once answered."""
-        with self.calls.lock:
-            self.calls.limits_arrived += 1
-        self.calls.opens_open.wait(TIMEOUT)
-        reply = msgstore_pb2.LimitReply()
-        for limit in request.limits:
-            self.calls.add("Limit", limit)
-            if limit.epoch < self.calls.store_epoch:
-                reply.states.add(
-                    key=limit.key, exists=True, epoch=self.calls.store_epoch, error="stale"
-                )
-            else:
-                reply.states.add(key=limit.key, exists=True, epoch=limit.epoch)
-        return reply
 
     def Delete(self, request: Any, context: Any) -> Any:
         self.calls.add("Delete", request)
@@ -382,8 +365,9 @@ def test_register_takeover_and_disconnect(make_node: Callable[..., Node]) -> Non
     assert first.ok and first.persistent and not first.session_present and first.epoch > 0
     (open1,) = node.calls.of("Open")
     assert (open1.epoch, open1.create, open1.clean) == (first.epoch, True, True)
-    # online: max_online_messages (1000) + max_inflight_messages (20)
-    assert open1.max_len == 1020
+    # online: max_online_messages (1000) + max_inflight_messages (20); offline: the
+    # node's max_offline_messages, for appends the listener marks offline
+    assert (open1.max_len, open1.max_offline_len) == (1020, 1000)
     # written behind the answer: a node alone has nothing of a new id to drop first
     rec = wait_for(lambda: session_records(node.calls, "c1"), "the directory record")[-1]
     assert (rec.node, rec.epoch, rec.online, rec.listener_id) == (
@@ -430,9 +414,8 @@ def test_register_takeover_and_disconnect(make_node: Callable[..., Node]) -> Non
     assert not info.online and info.persistent and info.disconnected_us > 0
     wait_for(lambda: not session_records(node.calls, "c1")[-1].online, "the offline record")
     assert not node.calls.of("Delete")
-    # offline now: the queue is re-limited to the node's max_offline_messages
-    (limit,) = wait_for(lambda: node.calls.of("Limit"), "the offline queue limit")
-    assert (limit.key.client_id, limit.epoch, limit.max_len) == ("c1", reply.epoch, 1000)
+    # offline now: no queue call (its Open set the offline limit)
+    assert [r.epoch for r in node.calls.of("Open")] == [first.epoch, reply.epoch]
 
 
 def test_takeover_goes_ahead_when_the_old_listener_never_answers(
@@ -750,38 +733,39 @@ def test_a_resumed_sessions_queue_opens_behind_the_answer_and_before_its_next_ca
     node = make_node()
     first = node.register("o1")
     assert node.disconnected("o1", first.epoch, session_expiry=NEVER)
-    wait_for(lambda: node.calls.of("Limit"), "the offline limit")
-    arrived, limits = node.calls.opens_arrived, node.calls.limits_arrived
-    node.calls.opens_open.clear()  # the store stops answering Opens and Limits
+    arrived = node.calls.opens_arrived
+    node.calls.opens_open.clear()  # the store stops answering Opens
     resumed = node.register("o1")
     assert resumed.ok and resumed.session_present and resumed.persistent
-    # the end is answered at once; its offline limit waits for the resume's Open
+    # the end is answered at once, and makes no queue call (the Open set both limits)
     assert node.disconnected("o1", resumed.epoch, session_expiry=NEVER)
+    result: dict[str, Any] = {}
+    fresh = threading.Thread(
+        target=lambda: result.update(r=node.register("o1", proto_ver=5, clean_start=True))
+    )
+    fresh.start()  # a clean start: its Open must reach the store after the resume's
     time.sleep(0.3)
-    assert node.calls.opens_arrived == arrived + 1  # the Open, hanging
-    assert node.calls.limits_arrived == limits  # not the limit
+    assert fresh.is_alive() and node.calls.opens_arrived == arrived + 1  # the resume's, hanging
     node.calls.opens_open.set()
-    wait_for(lambda: len(node.calls.of("Limit")) == 2, "the limit after the Open")
-    open_at = node.calls.index(lambda n, r: n == "Open" and r.epoch == resumed.epoch)
-    limit_at = node.calls.index(lambda n, r: n == "Limit" and r.epoch == resumed.epoch)
-    assert open_at < limit_at
-    (reopen,) = [o for o in node.calls.of("Open") if o.epoch == resumed.epoch]
-    assert (reopen.max_len, reopen.create) == (1020, True)
-    assert node.calls.of("Limit")[-1].max_len == 1000
+    fresh.join(TIMEOUT)
+    assert result["r"].ok and not result["r"].session_present
+    opens = [(o.epoch, o.max_len, o.max_offline_len, o.clean) for o in node.calls.of("Open")]
+    assert opens[-2:] == [
+        (resumed.epoch, 1020, 1000, False),
+        (result["r"].epoch, 1020, 1000, True),
+    ]
 
 
 def test_a_reconnect_right_after_the_end_resumes_at_once_without_a_takeover(
     make_node: Callable[..., Node],
 ) -> None:
-    """A client that reconnects right after its DISCONNECT, while the queue's offline
-    limit is still waiting to leave or unanswered: neither the end nor the CONNECT waits
-    for it, nothing is taken over (no command to the old listener, no event), and the
-    limit is either dropped (the resume's Open sets the online one) or reaches the store
-    before that Open: never after it."""
+    """A client that reconnects right after its DISCONNECT, while the store does not
+    answer: neither the end nor the CONNECT waits for it, nothing is taken over (no
+    command to the old listener, no event), and the end makes no queue call at all."""
     node = make_node(**{"registry.rpc_timeout": "30s"})  # a hanging store is never given up on
     w = node.watch("L1")
     first = node.register("q1")
-    node.calls.opens_open.clear()  # the store stops answering: the offline limit hangs
+    node.calls.opens_open.clear()  # the store stops answering
     result: dict[str, Any] = {}
 
     def end_then_reconnect() -> None:
@@ -798,12 +782,8 @@ def test_a_reconnect_right_after_the_end_resumes_at_once_without_a_takeover(
     assert node.events("session.takeover") == []
     node.calls.opens_open.set()
     wait_for(lambda: node.calls.of("Open")[-1].epoch == reply.epoch, "the resume's Open")
-    assert node.calls.of("Open")[-1].max_len == 1020
-    time.sleep(0.3)  # a limit sent late would be here by now
-    calls = [(n, r.epoch, r.max_len) for n, r in node.calls.entries if n in ("Open", "Limit")]
-    assert calls[-1] == ("Open", reply.epoch, 1020)
-    assert all(c == ("Limit", first.epoch, 1000) for c in calls[1:-1])  # one at most
-    assert len(calls) <= 3
+    opens = [(o.epoch, o.max_len, o.max_offline_len) for o in node.calls.of("Open")]
+    assert opens == [(first.epoch, 1020, 1000), (reply.epoch, 1020, 1000)]
 
 
 def test_a_store_that_refuses_a_resumed_epoch_closes_its_connection(

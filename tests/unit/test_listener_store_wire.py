@@ -105,6 +105,7 @@ def test_message_bytes_refuse_a_string_that_is_not_utf8() -> None:
     retain=st.booleans(),
     sub_ids=st.lists(st.integers(min_value=1, max_value=268435455), max_size=3),
     payload=st.binary(max_size=300),
+    offline=st.booleans(),
 )
 def test_append_entry_matches_protobuf(
     mountpoint: str,
@@ -114,6 +115,7 @@ def test_append_entry_matches_protobuf(
     retain: bool,
     sub_ids: list[int],
     payload: bytes,
+    offline: bool,
 ) -> None:
     msg = Message("id-1", "t", payload, 2, False, "p", mountpoint, 1.5, None, Properties())
     pb_msg = convert.message_to_pb(msg, "node")
@@ -124,9 +126,10 @@ def test_append_entry_matches_protobuf(
         qos,
         retain,
         tuple(sub_ids),
+        offline,
     )
     expected = msgstore_pb2.StoreBatch()
-    entry = expected.appends.add(key=_key(mountpoint, client_id), epoch=epoch)
+    entry = expected.appends.add(key=_key(mountpoint, client_id), epoch=epoch, offline=offline)
     entry.delivery.msg.CopyFrom(pb_msg)
     entry.delivery.qos = qos
     entry.delivery.retain = retain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,10 @@ from services.msgstore.model import (
     Collected,
     CollectTombstones,
     DeleteQueue,
-    LimitQueue,
     Mark,
     MarkKind,
     OpenQueue,
+    QueueMeta,
     QueueState,
     WriteBatch,
 )
@@ -191,23 +192,48 @@ def test_max_len_refuses_appends_until_acks_make_room(h: Harness) -> None:
     assert h.append(b"5", b"6") == [(OK, 4), (OK, 5)]
 
 
-def test_a_limit_changes_only_the_length_limit_of_its_epochs_queue(h: Harness) -> None:
-    h.open(epoch=3, create=True, max_len=3)
-    h.append(b"1", epoch=3)
-    limited, missing, stale = h.store.write_group(
-        [LimitQueue(C1, 3, 2), LimitQueue(C2, 3, 2), LimitQueue(C1, 2, 9)]
+def test_an_offline_append_meets_the_offline_limit_an_online_one_the_online_limit(
+    h: Harness,
+) -> None:
+    h.open(epoch=3, create=True, max_len=3, max_offline=1)
+    off = h.batch(Append(C1, 0, b"1", True), Append(C1, 0, b"2", True)).results
+    assert off == [(OK, 1), (QUEUE_FULL, 0)]  # the session ended: one may wait for it
+    assert h.append(b"3", b"4", b"5", epoch=0) == [(OK, 2), (OK, 3), (QUEUE_FULL, 0)]
+    h.restart()  # both limits are stored
+    assert h.batch(Append(C1, 0, b"6", True)).results == [(QUEUE_FULL, 0)]
+    h.ack(1, 2, epoch=3)  # acks make room for either
+    assert h.batch(Append(C1, 0, b"7", True)).results == [(QUEUE_FULL, 0)]  # 1 left
+    assert h.append(b"8", epoch=0) == [(OK, 4)]
+    h.open(epoch=4, max_len=0, max_offline=0)  # the next Open sets both again
+    assert h.batch(Append(C1, 0, b"9", True)).results == [(OK, 5)]
+    state = h.store.state(C1)
+    assert (state.max_len, state.max_offline, state.count) == (0, 0, 3)
+
+
+def test_a_record_written_before_offline_limits_uses_its_limit_for_both(
+    h: Harness,
+) -> None:
+    """An upgraded store: a queue whose session is offline had its one limit set to the
+    offline limit, so that limit bounds its offline appends until the next Open."""
+    h.open(create=True, max_len=2, max_offline=5)
+    raw = h.raw_meta()
+    assert raw is not None
+    old = QueueMeta.decode(raw)
+    v1 = struct.pack(
+        ">BQQQQQQII", 1, old.epoch, old.last_seq, old.acked, old.count, old.size,
+        old.delivered_upto, old.max_len, old.marks,
+    )  # fmt: skip
+    with h.engine.write() as txn:
+        txn.put(META, keys.session(*C1), v1)
+    h.restart()
+    assert (h.store.state(C1).max_len, h.store.state(C1).max_offline) == (2, 2)
+    assert h.batch(*(Append(C1, 0, b"x", True) for _ in range(3))).results[-1] == (
+        QUEUE_FULL,
+        0,
     )
-    assert isinstance(limited, QueueState) and not limited.error
-    assert (limited.epoch, limited.count, limited.last_seq) == (3, 1, 1)
-    assert isinstance(missing, QueueState) and not missing.exists and not missing.error
-    assert isinstance(stale, QueueState) and "epoch 2 is not 3" in stale.error
-    assert h.append(b"2", b"3", epoch=3) == [(OK, 2), (QUEUE_FULL, 0)]
-    h.restart()  # written, and the queue is as it was otherwise
-    assert h.append(b"4", epoch=3) == [(QUEUE_FULL, 0)]
-    (newer,) = h.store.write_group([LimitQueue(C1, 4, 9)])  # not an Open: no epoch bump
-    assert isinstance(newer, QueueState) and newer.error and h.store.state(C1).epoch == 3
-    assert h.entries() == [(1, b"1"), (2, b"2")]
-    assert not h.store.state(C2).exists  # a limit creates nothing
+    raw = h.raw_meta()
+    assert raw is not None and len(raw) == struct.calcsize(">BQQQQQQIII")  # written anew
+    assert QueueMeta.decode(raw).max_offline == 2
 
 
 def test_open_refuses_an_older_epoch_and_keeps_the_stored_one(h: Harness) -> None:

@@ -44,7 +44,7 @@ def deliveries(draw: st.DrawFn) -> common_pb2.Delivery:
 def batches(draw: st.DrawFn) -> msgstore_pb2.StoreBatch:
     batch = msgstore_pb2.StoreBatch(batch_id=draw(u64))
     for _ in range(draw(st.integers(0, 4))):
-        append = batch.appends.add(epoch=draw(u64))
+        append = batch.appends.add(epoch=draw(u64), offline=draw(st.booleans()))
         if draw(st.booleans()):
             append.key.mountpoint = draw(text)
         append.key.client_id = draw(text)
@@ -55,7 +55,7 @@ def batches(draw: st.DrawFn) -> msgstore_pb2.StoreBatch:
     return batch
 
 
-def expected(batch: msgstore_pb2.StoreBatch) -> list[tuple[str, str, int, bytes, str, int]]:
+def expected(batch: msgstore_pb2.StoreBatch) -> list[tuple[str, str, int, bytes, str, int, bool]]:
     return [
         (
             a.key.mountpoint,
@@ -64,17 +64,18 @@ def expected(batch: msgstore_pb2.StoreBatch) -> list[tuple[str, str, int, bytes,
             a.delivery.SerializeToString(),
             a.delivery.msg.msg_id,
             a.delivery.qos,
+            a.offline,
         )
         for a in batch.appends
     ]
 
 
-def read(data: bytes) -> list[tuple[str, str, int, bytes, str, int]]:
+def read(data: bytes) -> list[tuple[str, str, int, bytes, str, int, bool]]:
     """What ``wire`` reads, the delivery as protobuf would write it again."""
     out = []
     for a in wire.appends(data, True):
         delivery = common_pb2.Delivery.FromString(a.delivery).SerializeToString()
-        out.append((a.mountpoint, a.client_id, a.epoch, delivery, a.msg_id, a.qos))
+        out.append((a.mountpoint, a.client_id, a.epoch, delivery, a.msg_id, a.qos, a.offline))
     return out
 
 
@@ -116,6 +117,7 @@ def test_repeated_and_unknown_fields_are_read_as_protobuf_reads_them() -> None:
         [
             b"\x0a", bytes([len(key1)]), key1,
             b"\x10\x07",
+            b"\x20\x02",  # offline: any non-zero varint is true
             b"\x1a", bytes([len(d1)]), d1,
             unknown,
             b"\x0a", bytes([len(key2)]), key2,
@@ -129,6 +131,7 @@ def test_repeated_and_unknown_fields_are_read_as_protobuf_reads_them() -> None:
     assert len(batch.appends) == 1
     (a,) = wire.appends(data, True)
     assert (a.mountpoint, a.client_id, a.epoch) == ("mp", "second", 9)
+    assert a.offline and batch.appends[0].offline
     assert (a.msg_id, a.qos) == ("id1", 1)
     assert common_pb2.Delivery.FromString(a.delivery) == batch.appends[0].delivery
 
@@ -137,6 +140,7 @@ def test_batch_from_pb_gives_the_queue_core_its_batch() -> None:
     pb = msgstore_pb2.StoreBatch(batch_id=3)
     delivery = common_pb2.Delivery(msg=common_pb2.MqttMessage(msg_id="m", qos=1), qos=1)
     pb.appends.add(epoch=2, delivery=delivery).key.client_id = "c"
+    pb.appends.add(delivery=delivery, offline=True).key.client_id = "d"
     pb.acks.add(epoch=2, seqs=[4, 5], delivered_upto=6).key.client_id = "c"
     pb.marks.add(
         epoch=2, kind=msgstore_pb2.MARK_OUTBOUND_PUBREL, id=9, set=True
@@ -145,10 +149,14 @@ def test_batch_from_pb_gives_the_queue_core_its_batch() -> None:
     logged: list[tuple[str, int]] = []
     batch = batch_from_pb(msgstore_pb2.StoreBatch.FromString(data), data, logged)
     assert batch.batch_id == 3
-    assert [tuple(a) for a in batch.appends] == [(("", "c"), 2, delivery.SerializeToString())]
+    data_of = delivery.SerializeToString()
+    assert [tuple(a) for a in batch.appends] == [
+        (("", "c"), 2, data_of, False),
+        (("", "d"), 0, data_of, True),
+    ]
     assert [tuple(a) for a in batch.acks] == [(("", "c"), 2, (4, 5), 6)]
     assert [tuple(m) for m in batch.marks] == [(("", "c"), 2, MarkKind.OUTBOUND_PUBREL, 9, True)]
-    assert logged == [("m", 1)]
+    assert logged == [("m", 1), ("m", 1)]
     assert batch_from_pb(msgstore_pb2.StoreBatch.FromString(data), data, None).appends
 
 

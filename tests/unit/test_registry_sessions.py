@@ -158,9 +158,17 @@ def test_a_first_registration_alone_opens_a_clean_queue_and_drops_nothing() -> N
     assert not plan.session_present and plan.keeps_queue
     e = plan.session.epoch
     assert plan.steps() == [
-        OpenQueue(K, e, clean=True, max_len=120),  # online: the online limit applies
+        # both limits: the store applies the offline one to appends made offline
+        OpenQueue(K, e, clean=True, max_len=120, max_offline=50),
         PublishSession(K, plan.session, drop_subs=False),
     ]
+
+
+def test_a_registrations_own_offline_limit_overrides_the_nodes() -> None:
+    t = SessionTable(Policy(max_offline_messages=50, max_online_len=120))
+    c = Connect(K, "n1", "L1", False, NEVER, 5, max_offline_messages=7)
+    plan = t.plan_register(c, T0)
+    assert plan.steps()[0] == OpenQueue(K, plan.session.epoch, True, 120, 7)
 
 
 def test_a_first_registration_in_a_cluster_wipes_what_another_node_left_behind() -> None:
@@ -169,7 +177,7 @@ def test_a_first_registration_in_a_cluster_wipes_what_another_node_left_behind()
     t = SessionTable(Policy(max_offline_messages=50, max_online_len=120))
     plan = t.plan_register(connect(), T0, epoch=40)
     assert plan.steps() == [
-        OpenQueue(K, 40, clean=True, max_len=120),
+        OpenQueue(K, 40, clean=True, max_len=120, max_offline=50),
         PublishSession(K, plan.session, drop_subs=True),
     ]
     # a minority side registering during a netsplit: no claim, other members all the same

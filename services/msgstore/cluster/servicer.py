@@ -264,7 +264,10 @@ class Failover:
             failover_event(sid, epoch, "refused", chosen, self.node, 0, error)
             return state_to_pb(QueueState(sid, error=error))
         self.replicator.pause(sid)
-        job = OpenQueue(sid, epoch, True, False, request.max_len, tuple(request.replicas))
+        job = OpenQueue(
+            sid, epoch, True, False, request.max_len, tuple(request.replicas),
+            request.max_offline_len,
+        )  # fmt: skip
         try:
             state = await self.committer.submit(job)
         finally:  # the rebuild also ends the pause

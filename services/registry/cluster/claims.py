@@ -372,7 +372,8 @@ class Claims:
         self, key: SessionKey, epoch: int, copies: tuple[str, ...], uncertain: bool = True
     ) -> None:
         try:
-            await self.registrar.backends.failover(key, epoch, copies, 0, uncertain)
+            limits = self.registrar.table.policy.queue_limits
+            await self.registrar.backends.failover(key, epoch, copies, limits, uncertain)
         except BackendError as exc:
             raise ClaimRefused(f"the queue could not fail over: {exc.reason}") from None
 
@@ -406,7 +407,7 @@ class Claims:
                 source = queue_copies(previous)
             r.table.raise_epoch(value.epoch)
             try:
-                await r.backends.failover(key, value.epoch, source, 0)
+                await r.backends.failover(key, value.epoch, source, r.table.policy.queue_limits)
             except BackendError as exc:
                 raise ClaimRefused(f"the queue could not fail over: {exc.reason}") from None
             async with r.locks.hold(key):
@@ -444,9 +445,7 @@ class Claims:
                 raise ClaimRefused("the session directory did not reach a majority")
             if moved.value.epoch != s.epoch or moved.value.owner != node:
                 return False  # taken over meanwhile
-            policy = r.table.policy
-            limit = policy.max_online_len if s.online else policy.max_offline_messages
-            await r.queues.open(OpenQueue(key, s.epoch, clean=False, max_len=limit))
+            await r.queues.open(OpenQueue(key, s.epoch, False, *r.table.policy.queue_limits))
             return True
 
     async def _evict_others(
