@@ -446,6 +446,11 @@ class ReplicaStub:
                 request_serializer=services_dot_pb_dot_msgstore__pb2.FenceRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_msgstore__pb2.FenceReply.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/ternmq.msgstore.Replica/AppendStream',
+                request_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppends.SerializeToString,
+                response_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaReplies.FromString,
+                _registered_method=True)
 
 
 class ReplicaServicer:
@@ -492,6 +497,15 @@ class ReplicaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendStream(self, request_iterator, context):
+        """AppendMany over one long-lived stream per primary node and replica node: each
+        ReplicaAppends is answered by one ReplicaReplies, in the order they were sent. A
+        stream that breaks fails what it had in flight, as a failed AppendMany does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -519,6 +533,11 @@ def add_ReplicaServicer_to_server(servicer, server):
                     servicer.Drop,
                     request_deserializer=services_dot_pb_dot_msgstore__pb2.FenceRequest.FromString,
                     response_serializer=services_dot_pb_dot_msgstore__pb2.FenceReply.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=services_dot_pb_dot_msgstore__pb2.ReplicaAppends.FromString,
+                    response_serializer=services_dot_pb_dot_msgstore__pb2.ReplicaReplies.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -659,6 +678,33 @@ class Replica:
             '/ternmq.msgstore.Replica/Drop',
             services_dot_pb_dot_msgstore__pb2.FenceRequest.SerializeToString,
             services_dot_pb_dot_msgstore__pb2.FenceReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ternmq.msgstore.Replica/AppendStream',
+            services_dot_pb_dot_msgstore__pb2.ReplicaAppends.SerializeToString,
+            services_dot_pb_dot_msgstore__pb2.ReplicaReplies.FromString,
             options,
             channel_credentials,
             insecure,

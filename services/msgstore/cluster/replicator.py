@@ -41,6 +41,7 @@ from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
 from services.msgstore import replica_wire
 from services.msgstore.cluster.batcher import PeerBatcher
+from services.msgstore.cluster.stream import AppendStream
 from services.msgstore.committer import Committer
 from services.msgstore.model import FenceQueue
 from services.msgstore.queue import QueueStore
@@ -52,16 +53,22 @@ from services.pb.msgstore_pb2 import ReplicaAppend, ReplicaAppends, ReplicaRepli
 from services.pb.msgstore_pb2_grpc import ReplicaStub
 
 _APPEND_MANY = "/ternmq.msgstore.Replica/AppendMany"
+_APPEND_STREAM = "/ternmq.msgstore.Replica/AppendStream"
 
 
 class ReplicaPeerStub(ReplicaStub):  # type: ignore[misc]
-    """``ReplicaStub`` plus ``AppendMany`` for a request already in wire form
-    (:mod:`services.msgstore.replica_wire`)."""
+    """``ReplicaStub`` plus ``AppendMany`` and ``AppendStream`` for requests already in
+    wire form (:mod:`services.msgstore.replica_wire`)."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         super().__init__(channel)
         self.AppendManyRaw = channel.unary_unary(
             _APPEND_MANY,
+            request_serializer=None,
+            response_deserializer=ReplicaReplies.FromString,
+        )
+        self.AppendStreamRaw = channel.stream_stream(
+            _APPEND_STREAM,
             request_serializer=None,
             response_deserializer=ReplicaReplies.FromString,
         )
@@ -203,6 +210,10 @@ class Replicator:
         # One per replica node: every queue's appends (in wire form) share its calls.
         self._batchers: dict[str, PeerBatcher[bytes, ReplicaReply]] = {}
         self._legacy: set[str] = set()  # nodes that answer AppendMany UNIMPLEMENTED
+        # One long-lived stream per replica node carries the batches (``cluster.stream``);
+        # nodes that answer it UNIMPLEMENTED get AppendMany calls instead.
+        self._streams: dict[str, AppendStream] = {}
+        self._unary: set[str] = set()
 
     def _batcher(self, replica: str) -> PeerBatcher[bytes, ReplicaReply]:
         batcher = self._batchers.get(replica)
@@ -215,14 +226,25 @@ class Replicator:
         return batcher
 
     async def _append_many(self, replica: str, appends: list[bytes]) -> list[ReplicaReply]:
-        """One call for the appends of many queues; one Append each to a node that does
-        not know AppendMany yet (a rolling upgrade)."""
+        """The appends of many queues as one message of the replica node's stream; one
+        AppendMany call to a node that does not serve the stream, and one Append each to
+        a node that does not know AppendMany either (a rolling upgrade)."""
         stub = self.peers.stub(replica)
         if stub is None:
             raise LookupError("no address known (gossip prefix msgstores)")
+        data = replica_wire.appends(appends)
+        if replica not in self._unary and hasattr(stub, "AppendStreamRaw"):
+            stream = self._streams.get(replica)
+            if stream is None:
+                stream = self._streams[replica] = AppendStream(replica, self.rpc_timeout)
+            try:
+                return await stream.send(stub, self.peers.metadata, data)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._unary.add(replica)  # nothing was taken: sent again below
         metadata = self.peers.metadata()
         if replica not in self._legacy:
-            data = replica_wire.appends(appends)
             try:
                 raw = getattr(stub, "AppendManyRaw", None)
                 reply: ReplicaReplies = await (
@@ -537,6 +559,8 @@ class Replicator:
         for qp in list(self.queues.values()):
             await self._stop(qp)
         self.queues.clear()
+        for stream in self._streams.values():
+            await stream.close()
 
     async def _stop(self, qp: QueuePrimary) -> None:
         qp.paused = True

@@ -15,7 +15,7 @@ is another node's, and open the queue here as its primary with the new replica s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
@@ -45,6 +45,8 @@ from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 from services.pb.msgstore_pb2_grpc import ReplicaStub
 
 FETCH_PAGE = 1000
+STREAM_AHEAD = 8  # batches of a stream submitted and not yet answered, at most
+SERVICE = "ternmq.msgstore.Replica"
 
 
 class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
@@ -64,6 +66,49 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
         """Submitted together, the writes share the committer's next group commit."""
         replies = await asyncio.gather(*(self._append(a) for a in request.appends))
         return msgstore_pb2.ReplicaReplies(replies=replies)
+
+    async def AppendStream(
+        self, batches: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[msgstore_pb2.ReplicaReplies]:
+        """``AppendMany`` over a long-lived stream (``cluster.stream``): each batch's
+        writes are submitted as soon as it is read, so the batches of a stream share
+        group commits as concurrent calls did, and answered in the order they came.
+        Past :data:`STREAM_AHEAD` unanswered batches the stream is not read (HTTP/2's
+        flow control then holds the primary back)."""
+        answers: asyncio.Queue[asyncio.Future[list[msgstore_pb2.ReplicaReply]] | None]
+        answers = asyncio.Queue(STREAM_AHEAD)
+        reader = asyncio.create_task(self._read_stream(batches, answers))
+        try:
+            while (answer := await answers.get()) is not None:
+                yield msgstore_pb2.ReplicaReplies(replies=await answer)
+            try:
+                await reader  # the primary ended the stream, or sent what cannot be read
+            except Exception as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad batch: {exc!r}")
+        finally:
+            reader.cancel()
+            await asyncio.wait([reader])
+            if not reader.cancelled():
+                reader.exception()  # retrieved (reported above, or the stream went first)
+            while not answers.empty():
+                if (left := answers.get_nowait()) is not None:
+                    left.cancel()
+
+    async def _read_stream(
+        self,
+        batches: AsyncIterator[bytes],
+        answers: asyncio.Queue[asyncio.Future[list[msgstore_pb2.ReplicaReply]] | None],
+    ) -> None:
+        try:
+            async for raw in batches:
+                request = msgstore_pb2.ReplicaAppends.FromString(raw)
+                await answers.put(
+                    asyncio.ensure_future(asyncio.gather(*map(self._append, request.appends)))
+                )
+        except Exception:
+            await answers.put(None)  # what came before is still answered, then the error
+            raise
+        await answers.put(None)
 
     async def _append(self, request: msgstore_pb2.ReplicaAppend) -> msgstore_pb2.ReplicaReply:
         job = replica_write(request)
@@ -123,6 +168,35 @@ class ReplicaServicer(msgstore_pb2_grpc.ReplicaServicer):  # type: ignore[misc]
             if pos is not None:
                 reply.entries.add(epoch=pos[0], seq=seq, delivery=held.get(seq, b""))
         return reply
+
+
+def add_to_server(servicer: ReplicaServicer, server: grpc.aio.Server) -> None:
+    """``Replica`` as ``add_ReplicaServicer_to_server`` serves it, except ``AppendStream``,
+    whose batches reach the servicer as bytes (no request deserializer)."""
+    pb = msgstore_pb2
+
+    def unary(method: Any, request: Any, reply: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            method,
+            request_deserializer=request.FromString,
+            response_serializer=reply.SerializeToString,
+        )
+
+    handlers = {
+        "Append": unary(servicer.Append, pb.ReplicaAppend, pb.ReplicaReply),
+        "AppendMany": unary(servicer.AppendMany, pb.ReplicaAppends, pb.ReplicaReplies),
+        "Fence": unary(servicer.Fence, pb.FenceRequest, pb.FenceReply),
+        "Fetch": unary(servicer.Fetch, pb.FetchRequest, pb.FetchReply),
+        "Drop": unary(servicer.Drop, pb.FenceRequest, pb.FenceReply),
+        "AppendStream": grpc.stream_stream_rpc_method_handler(
+            servicer.AppendStream,
+            request_deserializer=None,
+            response_serializer=pb.ReplicaReplies.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    # as the generated ``add_ReplicaServicer_to_server`` does (missing from the stubs)
+    server.add_registered_method_handlers(SERVICE, handlers)  # type: ignore[attr-defined]
 
 
 def replica_write(request: msgstore_pb2.ReplicaAppend) -> ReplicaWrite:

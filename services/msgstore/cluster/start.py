@@ -19,12 +19,12 @@ from services.common.grpcutil import rpc_failed
 from services.common.peer import channel as peer_channel
 from services.common.peer.book import PeerBook
 from services.msgstore.cluster.replicator import ReplicaPeerStub, Replicator
-from services.msgstore.cluster.servicer import Failover, ReplicaServicer
+from services.msgstore.cluster.servicer import Failover, ReplicaServicer, add_to_server
 from services.msgstore.committer import Committer
 from services.msgstore.config import MsgstoreSettings
 from services.msgstore.queue import QueueStore
 from services.msgstore.replica_reads import replicated_here
-from services.pb import gossip_pb2, gossip_pb2_grpc, msgstore_pb2_grpc
+from services.pb import gossip_pb2, gossip_pb2_grpc
 from services.pb.msgstore_pb2_grpc import ReplicaStub
 
 PREFIX = "msgstores"
@@ -69,7 +69,7 @@ async def start(settings: MsgstoreSettings, store: QueueStore, committer: Commit
         settings.nodename, store, committer, peers, replicator, settings.write_quorum, RPC_TIMEOUT
     )
     replica = ReplicaServicer(store, committer, replicator)
-    msgstore_pb2_grpc.add_ReplicaServicer_to_server(replica, server)
+    add_to_server(replica, server)
     await server.start()
     gossip_channel = grpcutil.channel(settings.gossip_address)
     gossip = gossip_pb2_grpc.GossipStub(gossip_channel)
