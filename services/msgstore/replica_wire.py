@@ -10,12 +10,25 @@ The bytes are exactly what protobuf writes for the same message (fields in numbe
 zeros and empty values left out, repeated integers packed), so a replica reads them with
 the generated classes as before; ``tests/unit/test_msgstore_replica_wire.py`` holds the
 two byte for byte.
+
+The replica reads a ``ReplicaAppends`` by hand too (:func:`read_appends`): through the
+generated classes every entry was three attribute reads on a wrapper object made for
+it. The batch is still parsed by protobuf first (``ReplicaAppends.FromString``, cheap
+when nothing is read from it), which validates it: lengths, UTF-8, nesting. This module
+then reads only bytes protobuf accepted, as protobuf reads them: fields in any order,
+unknown fields and fields of an unexpected wire type skipped, the last of a scalar
+kept (``max_len`` cut to 32 bits), repeated integers packed or not, the key's
+occurrences merged, a bytes field's last occurrence kept.
+``tests/unit/test_msgstore_replica_wire.py`` compares it with the generated classes on
+valid, bit-flipped and truncated input.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Final
+
+from services.msgstore.model import ReplicaWrite
 
 _SMALL: Final = [bytes((n,)) for n in range(0x80)]
 
@@ -106,3 +119,189 @@ def append(
 def appends(items: Sequence[bytes]) -> bytes:
     """A ``ReplicaAppends`` of appends written by :func:`append`."""
     return b"".join([_len_field(b"\x0a", a) for a in items])
+
+
+# -- reading (the replica's side) ---------------------------------------------------
+
+_U64: Final = (1 << 64) - 1
+_U32: Final = (1 << 32) - 1
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` (as protobuf keeps it: its low 64 bits) and the position
+    after it."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result & _U64, pos
+        shift += 7
+
+
+def _skip(data: bytes, pos: int, tag: int) -> int:
+    """The position after the value of a field with ``tag`` that starts at ``pos``. A
+    group (wire type 3, proto2's) is skipped to its end: protobuf keeps one in a proto3
+    message as an unknown field."""
+    wire_type = tag & 7
+    if wire_type == 0:
+        return read_varint(data, pos)[1]
+    if wire_type == 2:
+        length, pos = read_varint(data, pos)
+        end = pos + length
+    elif wire_type == 1:
+        end = pos + 8
+    elif wire_type == 5:
+        end = pos + 4
+    elif wire_type == 3:
+        while True:
+            inner, pos = read_varint(data, pos)
+            if inner & 7 == 4:
+                if inner >> 3 != tag >> 3:
+                    raise ValueError("a group ends with another field's end")
+                return pos
+            pos = _skip(data, pos, inner)
+    else:
+        raise ValueError(f"unexpected wire type {wire_type}")
+    if end > len(data):
+        raise ValueError("truncated field")
+    return end
+
+
+def _span(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A length-delimited value at ``pos``: where it starts and ends."""
+    length, pos = read_varint(data, pos)
+    if pos + length > end:
+        raise ValueError("truncated field")
+    return pos, pos + length
+
+
+def _key(data: bytes, pos: int, end: int, key: tuple[str, str]) -> tuple[str, str]:
+    """A ``SessionKey`` merged into ``key`` (what it sets wins)."""
+    mountpoint, client_id = key
+    while pos < end:
+        tag, pos = read_varint(data, pos)
+        if tag == 0x0A or tag == 0x12:  # 1 mountpoint, 2 client_id
+            start, pos = _span(data, pos, end)
+            if tag == 0x0A:
+                mountpoint = data[start:pos].decode()
+            else:
+                client_id = data[start:pos].decode()
+        else:
+            pos = _skip(data, pos, tag)
+    return mountpoint, client_id
+
+
+def _entry(data: bytes, pos: int, end: int) -> tuple[int, int, bytes]:
+    """A ``ReplicaEntry``: (epoch, seq, delivery)."""
+    epoch = seq = 0
+    delivery = b""
+    while pos < end:
+        tag, pos = read_varint(data, pos)
+        if tag == 0x08:
+            epoch, pos = read_varint(data, pos)
+        elif tag == 0x10:
+            seq, pos = read_varint(data, pos)
+        elif tag == 0x1A:
+            start, pos = _span(data, pos, end)
+            delivery = data[start:pos]
+        else:
+            pos = _skip(data, pos, tag)
+    return epoch, seq, delivery
+
+
+def _ints(data: bytes, pos: int, end: int, out: list[int]) -> None:
+    """Packed varints from ``pos`` to ``end``, added to ``out``."""
+    while pos < end:
+        value, pos = read_varint(data, pos)
+        out.append(value)
+    if pos != end:
+        raise ValueError("packed field overruns")
+
+
+def _append(data: bytes, pos: int, end: int) -> ReplicaWrite:
+    """One ``ReplicaAppend`` as the store's job (``cluster.servicer.replica_write``)."""
+    key = ("", "")
+    epoch = prev_epoch = prev_seq = acked = max_len = 0
+    delivered = state_epoch = state_stamp = 0
+    install = has_state = False
+    entries: list[tuple[int, int, bytes]] = []
+    replicas: list[str] = []
+    inbound: list[int] = []
+    pubrel: list[int] = []
+    while pos < end:
+        tag, pos = read_varint(data, pos)
+        field = tag >> 3
+        wire = tag & 7
+        if wire == 0:
+            if field in (12, 13):
+                value, pos = read_varint(data, pos)
+                (inbound if field == 12 else pubrel).append(value)
+                continue
+            value, pos = read_varint(data, pos)
+            if field == 2:
+                epoch = value
+            elif field == 3:
+                prev_epoch = value
+            elif field == 4:
+                prev_seq = value
+            elif field == 5:
+                install = value != 0
+            elif field == 7:
+                acked = value
+            elif field == 8:
+                max_len = value & _U32
+            elif field == 10:
+                has_state = value != 0
+            elif field == 11:
+                delivered = value
+            elif field == 14:
+                state_epoch = value
+            elif field == 15:
+                state_stamp = value
+        elif wire == 2:
+            start, pos = _span(data, pos, end)
+            if field == 6:
+                entries.append(_entry(data, start, pos))
+            elif field == 1:
+                key = _key(data, start, pos, key)
+            elif field == 9:
+                replicas.append(data[start:pos].decode())
+            elif field == 12:
+                _ints(data, start, pos, inbound)
+            elif field == 13:
+                _ints(data, start, pos, pubrel)
+        else:
+            pos = _skip(data, pos, tag)
+    return ReplicaWrite(
+        key,
+        epoch,
+        (prev_epoch, prev_seq),
+        tuple(entries),
+        install,
+        acked,
+        max_len,
+        tuple(replicas),
+        (delivered, tuple(inbound), tuple(pubrel)) if has_state else None,
+        (state_epoch, state_stamp),
+    )
+
+
+def read_appends(data: bytes) -> list[ReplicaWrite]:
+    """The appends of a serialized ``ReplicaAppends`` (one protobuf accepted), in order,
+    as the store's jobs."""
+    out: list[ReplicaWrite] = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        tag, pos = read_varint(data, pos)
+        if tag == 0x0A:
+            start, pos = _span(data, pos, end)
+            out.append(_append(data, start, pos))
+        else:
+            pos = _skip(data, pos, tag)
+    return out
