@@ -243,3 +243,40 @@ def test_the_peers_refusal_reaches_the_caller_with_its_code(code: grpc.StatusCod
         await s.close()
 
     asyncio.run(run())
+
+
+def test_a_write_stuck_for_good_fails_at_the_deadline_and_the_next_goes_on_a_new_stream() -> None:
+    """Flow control to a stopped peer: the write does not end, not even when the call
+    is cancelled (gRPC ends it; this stand-in does not)."""
+
+    async def run() -> None:
+        opener = Opener()
+        s = AppendStream("b", timeout=0.05, opener=opener)
+        stuck: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def never(data: bytes) -> None:
+            await stuck
+
+        opener_write = opener.__call__
+
+        def first_stuck(stub: Any, metadata: tuple[tuple[str, str], ...]) -> Call:
+            call = opener_write(stub, metadata)
+            if len(opener.calls) == 1:
+                call.write = never  # type: ignore[method-assign]
+            return call
+
+        s._open = first_stuck
+        a = _send(s, b"A")
+        await asyncio.sleep(0.1)
+        assert _code(a) == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert opener.calls[0][1].cancelled
+        await asyncio.sleep(stream_mod.BACKOFF_MIN + 0.02)
+        b = _send(s, b"B")
+        await _settle()
+        assert len(opener.calls) == 2 and opener.last.written == [b"B"]
+        opener.last.reply(True)
+        assert (await b)[0].ok
+        stuck.cancel()
+        await s.close()
+
+    asyncio.run(run())

@@ -87,7 +87,15 @@ class AppendStream:
         """Write one batch (a ``ReplicaAppends``) and return its replies; raises the
         :class:`grpc.aio.AioRpcError` that broke the stream, if one did."""
         loop = asyncio.get_running_loop()
-        async with self._write_lock:
+        lock = self._write_lock
+        if lock.locked():
+            try:
+                await asyncio.wait_for(lock.acquire(), self.timeout)
+            except TimeoutError:
+                raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "waited to write") from None
+        else:
+            await lock.acquire()
+        try:
             link = self._link
             if link is not None and link.stub is not stub:
                 # not this stream's failure: the new address is tried at once
@@ -101,14 +109,28 @@ class AppendStream:
             # matched to their batches.
             link.owed.append(fut)
             timer = loop.call_later(self.timeout, self._expire, link, fut)
-            try:
-                await link.call.write(data)
-            except Exception as exc:  # the call ended under the write
-                self._break(link, _as_rpc_error(exc, link))
+            await self._write(link, fut, data)
+        finally:
+            lock.release()
         try:
             return await fut
         finally:
             timer.cancel()
+
+    async def _write(self, link: _Link, fut: asyncio.Future[list[Any]], data: bytes) -> None:
+        """Write ``data`` on ``link``; return once written, or once ``fut`` failed (the
+        stream broke: a write stuck in flow control to a stopped peer is left to end
+        with its call, which gRPC ends, and the next batch goes on another stream)."""
+        writing = asyncio.ensure_future(link.call.write(data))
+        await asyncio.wait((writing, fut), return_when=asyncio.FIRST_COMPLETED)
+        if not writing.done():
+            writing.add_done_callback(_retrieved)
+            if not fut.done() or fut.cancelled() or fut.exception() is None:
+                await asyncio.wait((writing,))  # answered: its write has ended in gRPC
+            return
+        exc = writing.exception() if not writing.cancelled() else asyncio.CancelledError()
+        if exc is not None:  # the call ended under the write
+            self._break(link, _as_rpc_error(exc, link))
 
     def _expire(self, link: _Link, fut: asyncio.Future[list[Any]]) -> None:
         """A batch's deadline passed (the unary call's): the stream is taken as broken."""
@@ -172,6 +194,11 @@ class AppendStream:
         if link.reader is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await link.reader
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # reported by the stream's break already
 
 
 def _as_rpc_error(exc: BaseException, link: _Link) -> grpc.aio.AioRpcError:
