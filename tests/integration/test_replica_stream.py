@@ -160,3 +160,30 @@ def test_a_replica_that_goes_away_is_fed_again_over_a_new_stream() -> None:
         await b.committer.close()
 
     asyncio.run(run())
+
+
+def test_a_primary_without_the_cookie_is_refused_and_commits_nothing() -> None:
+    async def run() -> None:
+        a, b = Node("a"), Node("b")
+        a.committer.start()
+        b.committer.start()
+        rep_b = Replicator(
+            "b", b.store, b.committer, PeerBook("b", COOKIE, "", "m", ReplicaStub), 2, 5.0
+        )
+        async with replica_server(b, rep_b, 0, True) as port:
+            rep, peers = await _primary(a, port)
+            peers.caller.cookie = "another cluster's cookie"
+            try:
+                _, fut = await _append(a, rep, 5, b"x-")
+                await asyncio.sleep(0.5)
+                assert not fut.done()  # not committed: the replica took nothing
+                assert "UNAUTHENTICATED" in rep.queues[C1].notes["b"]
+                assert _messages(b.store) == {}
+                assert "b" not in rep._unary  # refused, not taken for an older version
+            finally:
+                await rep.close()
+                await peers.close()
+        await a.committer.close()
+        await b.committer.close()
+
+    asyncio.run(run())
