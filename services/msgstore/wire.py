@@ -9,7 +9,8 @@ the rest is read in one pass.
 The batch is still parsed by protobuf first (``StoreBatch.FromString``, cheap when
 nothing is read from it): that is what validates it — lengths, UTF-8 of every string,
 nested messages — so this module only reads bytes protobuf has accepted, and reads
-them as protobuf does: unknown fields and fields of an unexpected wire type skipped,
+them as protobuf does: unknown fields (groups included) and fields of an unexpected wire
+type skipped,
 the last of a repeated scalar kept, repeated sub-messages merged (for the delivery,
 whose merge is the concatenation of its occurrences, by concatenating them).
 ``tests/unit/test_msgstore_wire.py`` compares it with the generated classes.
@@ -24,6 +25,9 @@ _VARINT: Final = 0
 _I64: Final = 1
 _LEN: Final = 2
 _I32: Final = 5
+_START_GROUP: Final = 3
+_END_GROUP: Final = 4
+_MAX_DEPTH: Final = 100
 
 
 def varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -41,8 +45,11 @@ def varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def skip(data: bytes, pos: int, wire_type: int) -> int:
-    """The position after a field's value of ``wire_type`` that starts at ``pos``."""
+def skip(data: bytes, pos: int, tag: int, depth: int = 0) -> int:
+    """The position after the value of a field with ``tag`` that starts at ``pos``. A
+    group (wire type 3, proto2's) is skipped to its end, as protobuf keeps one in a proto3
+    message as an unknown field (nested at most ``_MAX_DEPTH`` deep, as upb allows)."""
+    wire_type = tag & 7
     if wire_type == _VARINT:
         return varint(data, pos)[1]
     if wire_type == _LEN:
@@ -52,7 +59,17 @@ def skip(data: bytes, pos: int, wire_type: int) -> int:
         end = pos + 8
     elif wire_type == _I32:
         end = pos + 4
-    else:  # groups (3, 4) are proto2 only; protobuf refused them already
+    elif wire_type == _START_GROUP:
+        if depth >= _MAX_DEPTH:
+            raise ValueError("groups nested too deep")
+        while True:
+            inner, pos = varint(data, pos)
+            if inner & 7 == _END_GROUP:
+                if inner >> 3 != tag >> 3:
+                    raise ValueError("a group ends with another field's end")
+                return pos
+            pos = skip(data, pos, inner, depth + 1)
+    else:
         raise ValueError(f"unexpected wire type {wire_type}")
     if end > len(data):
         raise ValueError("truncated field")
@@ -74,7 +91,7 @@ def session_key(
             else:
                 client_id = text
         else:
-            pos = skip(data, pos, tag & 7)
+            pos = skip(data, pos, tag)
     return mountpoint, client_id
 
 
@@ -87,7 +104,7 @@ def message_id(data: bytes, pos: int, end: int, msg_id: str) -> str:
             msg_id = data[pos : pos + length].decode()
             pos += length
         else:
-            pos = skip(data, pos, tag & 7)
+            pos = skip(data, pos, tag)
     return msg_id
 
 
@@ -102,7 +119,7 @@ def delivery_head(data: bytes, pos: int, end: int, msg_id: str, qos: int) -> tup
         elif tag == 0x10:  # 2 qos
             qos, pos = varint(data, pos)
         else:
-            pos = skip(data, pos, tag & 7)
+            pos = skip(data, pos, tag)
     return msg_id, qos
 
 
@@ -145,7 +162,7 @@ class WireAppend:
                 value, pos = varint(data, pos)
                 self.offline = value != 0
             else:
-                pos = skip(data, pos, tag & 7)
+                pos = skip(data, pos, tag)
         self.delivery = parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -165,5 +182,5 @@ def appends(data: bytes, head: bool) -> list[WireAppend]:
             out.append(append)
             pos += length
         else:
-            pos = skip(data, pos, tag & 7)
+            pos = skip(data, pos, tag)
     return out

@@ -7,6 +7,7 @@ reads it); the reference is what the generated classes give for the same bytes.
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,10 +102,20 @@ def test_two_batches_concatenated_read_as_their_protobuf_merge(
     assert read(data) == expected(msgstore_pb2.StoreBatch.FromString(data))
 
 
+def _length(value: bytes) -> bytes:
+    """A length-delimited field's length, as a varint."""
+    n, out = len(value), bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def test_repeated_and_unknown_fields_are_read_as_protobuf_reads_them() -> None:
     """One append written by hand: its key twice (merged), its delivery twice (merged),
     its epoch twice (the last wins), and fields this version does not know, of every
-    wire type, at each level."""
+    wire type (groups too), at each level."""
     key1 = common_pb2.SessionKey(mountpoint="mp", client_id="first").SerializeToString()
     key2 = common_pb2.SessionKey(client_id="second").SerializeToString()
     d1 = common_pb2.Delivery(
@@ -112,21 +123,23 @@ def test_repeated_and_unknown_fields_are_read_as_protobuf_reads_them() -> None:
     ).SerializeToString()
     d2 = common_pb2.Delivery(msg=common_pb2.MqttMessage(payload=b"p"), retain=True)
     unknown = b"\xf8\x01\x05" + b"\x81\x02" + bytes(8) + b"\x8a\x02\x02hi" + b"\x8d\x02" + bytes(4)
+    # a group (proto2's wire type 3), with a group inside: protobuf keeps it as unknown
+    unknown += b"\x93\x02" + b"\x08\x05" + b"\x9b\x02\x12\x01x\x9c\x02" + b"\x94\x02"
     d2_data = d2.SerializeToString() + unknown
     body = b"".join(
         [
             b"\x0a", bytes([len(key1)]), key1,
             b"\x10\x07",
             b"\x20\x02",  # offline: any non-zero varint is true
-            b"\x1a", bytes([len(d1)]), d1,
+            b"\x1a", _length(d1), d1,
             unknown,
             b"\x0a", bytes([len(key2)]), key2,
             b"\x10\x09",
-            b"\x1a", bytes([len(d2_data)]), d2_data,
+            b"\x1a", _length(d2_data), d2_data,
             b"\x08\x01",  # field 1 as a varint: not the key's wire type, an unknown field
         ]
     )  # fmt: skip
-    data = b"\x08\x05" + unknown + b"\x12" + bytes([len(body)]) + body
+    data = b"\x08\x05" + unknown + b"\x12" + _length(body) + body
     batch = msgstore_pb2.StoreBatch.FromString(data)
     assert len(batch.appends) == 1
     (a,) = wire.appends(data, True)
@@ -168,3 +181,11 @@ def test_bytes_cut_short_raise_value_error(data: bytes) -> None:
     """Protobuf refuses these before ``wire`` sees them; ``wire`` refuses them too."""
     with pytest.raises(ValueError):
         wire.appends(data, True)
+
+
+def test_a_group_ending_with_another_fields_end_is_refused_as_protobuf_refuses_it() -> None:
+    bad = b"\x08\x05" + b"\x93\x02\x08\x05\x9c\x02"  # opened as field 34, closed as 35
+    with pytest.raises(DecodeError):
+        msgstore_pb2.StoreBatch.FromString(bad)
+    with pytest.raises(ValueError):
+        wire.appends(bad, True)
