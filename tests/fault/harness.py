@@ -71,6 +71,7 @@ from tests.fault.checker import (
     Subscriber,
     check,
 )
+from tests.support.node import free_port
 
 BIN = Path(sys.executable).parent
 # partition: node k cut off from both others; bridge: k cut off from the next node
@@ -126,12 +127,6 @@ def schedule(
 
 
 # -- the network: loopback, or namespaces for partitions ---------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _sh(*args: str, ns: str | None = None, check: bool = True) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -42,10 +43,43 @@ def stop_leftovers() -> list[int]:
     return [p.pid for p in left]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+_ports = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
+def _listening_ports() -> range:
+    """Ports outside the kernel's ephemeral range. A port found by binding to 0 is an
+    ephemeral one, and between the test picking it and a server binding it an outgoing
+    connection (another node's, starting at the same time) may take it as its source port:
+    a CI run failed that way (``address already in use``). The kernel never gives a
+    connecting socket a port outside that range."""
+    try:
+        low, high = map(int, _PORT_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if 65535 - high >= 2000:
+        return range(high + 1, 65536)
+    return range(max(1024, low - 8000), low)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, outside the ephemeral range, and not handed out
+    before by this process (two servers of one test never get the same one)."""
+    ports = _listening_ports()
+    start = _ports.randrange(len(ports))
+    for i in range(len(ports)):
+        port = ports[(start + i) % len(ports)]
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {ports} on {host}")
 
 
 def wait_for(predicate: object, timeout: float, interval: float = 0.05, what: str = "") -> None:
