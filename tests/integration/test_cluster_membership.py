@@ -25,7 +25,7 @@ import pytest
 from services.common.pids import alive
 from tests.support.clients import Client
 from tests.support.cluster import dev_cluster, start_node
-from tests.support.node import free_port, wait_for
+from tests.support.node import complete_lines, free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,7 +58,7 @@ def events(base: Path, node: str, name: str) -> list[dict[str, Any]]:
     path = base / node.split("@")[0] / "log" / "gossip.jsonl"
     if not path.exists():
         return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for line in complete_lines(path) if line.strip()]
     return [e for e in lines if e["event"] == name]
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from services.common import log, spoolwriter
 from tests.support.clients import Client
-from tests.support.node import TERNMQ, make_node, wait_for
+from tests.support.node import TERNMQ, complete_lines, make_node, wait_for
 
 # A service's logging, alone: N message events with a client event every 100, then a
 # flush; "close" shuts the log down, "hold" prints "flushed" and waits to be killed.
@@ -54,7 +54,7 @@ def _writer(log_dir: Path, n: int, spool: bool, mode: str, **kw: object) -> subp
 
 def _lines(log_dir: Path) -> list[dict[str, object]]:
     path = log_dir / "listener.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [json.loads(line) for line in complete_lines(path)] if path.exists() else []
 
 
 def _without_ts(rows: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -83,6 +83,8 @@ def test_spooled_lines_are_the_lines_the_service_would_have_written(tmp_path: Pa
         assert _writer(log_dir, 1000, spool, "close").wait(30) == 0
     a, b = _lines(inline), _lines(spooled)
     assert len(a) == 1010
+    for log_dir in (inline, spooled):  # no torn last line (_lines reads whole lines only)
+        assert (log_dir / "listener.jsonl").read_bytes().endswith(b"\n")
     assert _without_ts(a) == _without_ts(b)
     assert [r["msg_id"] for r in b if r["event"] == "message.published"] == [
         f"m{i}" for i in range(1000)

@@ -13,7 +13,7 @@ import pytest
 
 from services.common.events import unknown_fields
 from tests.support.clients import Client, mosquitto_pub
-from tests.support.node import TERNMQ, VENV_BIN, Node, free_port, wait_for
+from tests.support.node import TERNMQ, VENV_BIN, Node, complete_lines, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +155,7 @@ def test_one_service_alone(tmp_path: Path) -> None:
 def _events(log_dir: Path) -> list[dict[str, object]]:
     out = []
     for path in log_dir.glob("*.jsonl*"):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out += [json.loads(line) for line in complete_lines(path) if line.strip()]
     return out
 
 

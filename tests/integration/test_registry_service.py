@@ -36,6 +36,7 @@ from services.pb import (
     registry_pb2,
     registry_pb2_grpc,
 )
+from tests.support.node import complete_lines
 
 pytestmark = pytest.mark.integration
 
@@ -315,7 +316,7 @@ class Node:
         path = self.base / "log" / "registry.jsonl"
         if not path.exists():
             return []
-        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        lines = [json.loads(line) for line in complete_lines(path)]
         return [e for e in lines if e["event"] == name]
 
     def close(self) -> int | None:

@@ -49,7 +49,7 @@ from tests.integration.test_cluster_membership import (
 )
 from tests.support.clients import Client, mosquitto_pub
 from tests.support.cluster import BIN, dev_cluster
-from tests.support.node import wait_for
+from tests.support.node import complete_lines, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,7 +69,7 @@ def _events(base: Path, node: str, service: str, name: str) -> list[dict[str, ob
     path = base / node.split("@")[0] / "log" / f"{service}.jsonl"
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in complete_lines(path) if line.strip()]
     return [r for r in rows if r["event"] == name]
 
 

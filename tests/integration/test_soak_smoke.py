@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.node import Node, make_node
+from tests.support.node import Node, complete_lines, make_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ def soak_node(tmp_path: Path) -> Iterator[Node]:
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in complete_lines(path)]
 
 
 def test_short_soak_is_well_formed_and_restarts_nothing(soak_node: Node, tmp_path: Path) -> None:

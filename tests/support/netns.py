@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.node import complete_lines
+
 BIN = Path(sys.executable).parent
 PREFIX = "tnq"  # every namespace, bridge and link this module makes starts with it
 MQTT_PORT, HTTP_PORT, CLUSTER_PORT = 1883, 8888, 4369
@@ -163,7 +165,7 @@ class NsCluster:
         """``node``'s logged events called ``name`` (as far as the logs are written)."""
         out = []
         for path in sorted((node.dir / "log").glob("*.jsonl*")):
-            for line in path.read_text(errors="replace").splitlines():
+            for line in complete_lines(path):
                 if f'"event":"{name}"' in line:
                     out.append(json.loads(line))
         return out

@@ -207,12 +207,19 @@ class Node:
     def events(self, name: str | None = None) -> Iterator[dict[str, object]]:
         """Every JSON event line in the node's logs (optionally one event name)."""
         for path in sorted(self.log_dir.glob("*.jsonl*")):
-            for line in path.read_text(errors="replace").splitlines():
+            for line in complete_lines(path):
                 if not line.strip():
                     continue
                 rec = json.loads(line)
                 if name is None or rec.get("event") == name:
                     yield rec
+
+
+def complete_lines(path: Path) -> list[str]:
+    """The lines of a log file that are whole: the converters write while tests read, and
+    the last line may still be on its way (a fresh-clone run read half of one)."""
+    text = path.read_text(errors="replace")
+    return text.split("\n")[:-1]  # the last piece is "" or a line being written
 
 
 def _group_alive(pgid: int) -> bool:
