@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from services.msgstore.model import ReplicaWrite
+from services.msgstore.wire import skip as _skip
+from services.msgstore.wire import varint as read_varint
 
 _SMALL: Final = [bytes((n,)) for n in range(0x80)]
 
@@ -123,53 +125,7 @@ def appends(items: Sequence[bytes]) -> bytes:
 
 # -- reading (the replica's side) ---------------------------------------------------
 
-_U64: Final = (1 << 64) - 1
 _U32: Final = (1 << 32) - 1
-
-
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The varint at ``pos`` (as protobuf keeps it: its low 64 bits) and the position
-    after it."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated or overlong varint")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result & _U64, pos
-        shift += 7
-
-
-def _skip(data: bytes, pos: int, tag: int) -> int:
-    """The position after the value of a field with ``tag`` that starts at ``pos``. A
-    group (wire type 3, proto2's) is skipped to its end: protobuf keeps one in a proto3
-    message as an unknown field."""
-    wire_type = tag & 7
-    if wire_type == 0:
-        return read_varint(data, pos)[1]
-    if wire_type == 2:
-        length, pos = read_varint(data, pos)
-        end = pos + length
-    elif wire_type == 1:
-        end = pos + 8
-    elif wire_type == 5:
-        end = pos + 4
-    elif wire_type == 3:
-        while True:
-            inner, pos = read_varint(data, pos)
-            if inner & 7 == 4:
-                if inner >> 3 != tag >> 3:
-                    raise ValueError("a group ends with another field's end")
-                return pos
-            pos = _skip(data, pos, inner)
-    else:
-        raise ValueError(f"unexpected wire type {wire_type}")
-    if end > len(data):
-        raise ValueError("truncated field")
-    return end
 
 
 def _span(data: bytes, pos: int, end: int) -> tuple[int, int]:

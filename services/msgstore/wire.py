@@ -28,10 +28,12 @@ _I32: Final = 5
 _START_GROUP: Final = 3
 _END_GROUP: Final = 4
 _MAX_DEPTH: Final = 100
+_U64: Final = (1 << 64) - 1
 
 
 def varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it."""
+    """The varint at ``pos`` (as protobuf keeps it: its low 64 bits) and the position
+    after it."""
     result = 0
     shift = 0
     while True:
@@ -41,7 +43,7 @@ def varint(data: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            return result, pos
+            return result & _U64, pos
         shift += 7
 
 
