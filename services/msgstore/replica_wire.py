@@ -25,7 +25,7 @@ valid, bit-flipped and truncated input.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from services.msgstore.model import ReplicaWrite
@@ -71,6 +71,12 @@ def entry(epoch: int, seq: int, delivery: bytes) -> bytes:
     if delivery:
         body += b"\x1a" + varint(len(delivery)) + delivery
     return b"\x32" + varint(len(body)) + body
+
+
+def entries(positions: Sequence[tuple[int, int]], datas: Mapping[int, bytes]) -> bytes:
+    """The :func:`entry` fields of ``positions`` (epoch, seq) joined, each with its
+    message from ``datas`` (none when it is not there: acknowledged, or dropped)."""
+    return b"".join([entry(epoch, seq, datas.get(seq, b"")) for epoch, seq in positions])
 
 
 def append(

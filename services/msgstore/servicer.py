@@ -21,7 +21,6 @@ from google.protobuf.message import DecodeError
 
 from services.common import log
 from services.common.lane import unary_handlers
-from services.common.session_key import SessionKey
 from services.msgstore import keys
 from services.msgstore.committer import Committer
 from services.msgstore.convert import (
@@ -46,6 +45,7 @@ from services.msgstore.model import (
 from services.msgstore.ops import READ_MAX_ENTRIES
 from services.msgstore.queue import QueueStore
 from services.msgstore.replica_reads import copies_of, replica_sets
+from services.msgstore.replication import runs
 from services.msgstore.tombstones import Graveyard
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 
@@ -148,25 +148,18 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         (exactly once across a failover), are on W copies; appends that are not within
         ``msgstore.failover_timeout`` fail (never a success for a message on fewer
         copies), and so does the batch when its marks are not."""
-        opening = {op.session for op in appends if op.session in replicator.rebuilding}
-        opening |= {m.session for m in marks if m.session in replicator.rebuilding}
-        if opening:
-            await replicator.settled(opening)
-        seqs: dict[SessionKey, list[int]] = {}
-        datas: dict[SessionKey, list[bytes]] = {}
-        queues, stepped_down = replicator.queues, replicator.stepped_down
-        for op, res in zip(appends, result.results, strict=False):
-            if res.status == AppendStatus.OK and (
-                op.session in queues or op.session in stepped_down
-            ):
-                seqs.setdefault(op.session, []).append(res.seq)
-                datas.setdefault(op.session, []).append(op.data)
+        if replicator.rebuilding:
+            opening = runs.opening([op.session for op in appends], replicator.rebuilding)
+            opening |= runs.opening([m.session for m in marks], replicator.rebuilding)
+            if opening:
+                await replicator.settled(opening)
+        queued = runs.by_queue(appends, result.results, replicator.queues, replicator.stepped_down)
         marked = {m.session for m in marks if m.session in replicator.queues}
-        if not seqs and not marked:
+        if not queued and not marked:
             return
         pending = {}
-        for sid, got in seqs.items():
-            fut = replicator.appended(sid, got, datas[sid])
+        for sid, (seqs, datas) in queued.items():
+            fut = replicator.appended(sid, seqs, datas)
             if fut is not None:
                 pending[sid] = fut
         states = {}

@@ -81,6 +81,19 @@ def test_a_call_is_its_appends_joined(
     assert data == msgstore_pb2.ReplicaAppends(appends=[pb for _, pb in cases]).SerializeToString()
 
 
+@given(
+    st.lists(st.tuples(U64, U64), max_size=8),
+    st.dictionaries(U64, st.binary(max_size=40), max_size=8),
+)
+def test_entries_carry_the_messages_held_and_none_for_the_others(
+    positions: list[tuple[int, int]], datas: dict[int, bytes]
+) -> None:
+    pb = msgstore_pb2.ReplicaAppend()
+    for epoch, seq in positions:
+        pb.entries.add(epoch=epoch, seq=seq, delivery=datas.get(seq, b""))
+    assert replica_wire.entries(positions, datas) == pb.SerializeToString()
+
+
 def test_varints_at_their_edges() -> None:
     for n in (0, 1, 127, 128, 16383, 16384, 2**32 - 1, 2**49, 2**63, 2**64 - 1):
         pb = msgstore_pb2.ReplicaEntry(seq=n).SerializeToString()

@@ -637,8 +637,7 @@ class Replicator:
             p.log.compact(acked)
             if req.entries and req.prev[1] < p.log.base[1]:
                 return -1  # garbage now: ask the core again
-        entry = replica_wire.entry
-        entries = b"".join([entry(epoch, seq, datas.get(seq, b"")) for epoch, seq in req.entries])
+        entries = replica_wire.entries(req.entries, datas)
         version = qp.state_version
         told: tuple[int, list[int], list[int], int, int] | None = None
         if qp.state_told[replica] < version:
