@@ -70,6 +70,23 @@ async def replica_server(
         await server.stop(None)
 
 
+@asynccontextmanager
+async def nodes() -> AsyncIterator[tuple[Node, Node, Replicator]]:
+    """Nodes ``a`` (the primary) and ``b`` (its replica, with ``b``'s own replicator),
+    their committers running."""
+    a, b = Node("a"), Node("b")
+    a.committer.start()
+    b.committer.start()
+    rep_b = Replicator(
+        "b", b.store, b.committer, PeerBook("b", COOKIE, "", "m", ReplicaStub), 2, 5.0
+    )
+    try:
+        yield a, b, rep_b
+    finally:
+        await a.committer.close()
+        await b.committer.close()
+
+
 async def _append(a: Node, rep: Replicator, n: int, tag: bytes) -> tuple[list[int], Any]:
     datas = [tag + b"%d" % i for i in range(n)]
     result = await a.committer.submit(WriteBatch(1, appends=tuple(Append(C1, 0, d) for d in datas)))
@@ -98,13 +115,10 @@ async def _primary(a: Node, port: int) -> tuple[Replicator, PeerBook[ReplicaStub
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "older-replica"])
 def test_appends_commit_on_the_replica(stream: bool) -> None:
     async def run() -> None:
-        a, b = Node("a"), Node("b")
-        a.committer.start()
-        b.committer.start()
-        rep_b = Replicator(
-            "b", b.store, b.committer, PeerBook("b", COOKIE, "", "m", ReplicaStub), 2, 5.0
-        )
-        async with replica_server(b, rep_b, 0, stream) as port:
+        async with (
+            nodes() as (a, b, rep_b),
+            replica_server(b, rep_b, 0, stream) as port,
+        ):
             rep, peers = await _primary(a, port)
             try:
                 for round_ in range(5):
@@ -118,8 +132,6 @@ def test_appends_commit_on_the_replica(stream: bool) -> None:
             finally:
                 await rep.close()
                 await peers.close()
-        await a.committer.close()
-        await b.committer.close()
 
     asyncio.run(run())
 
@@ -128,49 +140,36 @@ def test_a_replica_that_goes_away_is_fed_again_over_a_new_stream() -> None:
     async def run() -> None:
         mp = pytest.MonkeyPatch()
         mp.setattr(stream_mod, "BACKOFF_MIN", 0.05)
-        a, b = Node("a"), Node("b")
-        a.committer.start()
-        b.committer.start()
-        rep_b = Replicator(
-            "b", b.store, b.committer, PeerBook("b", COOKIE, "", "m", ReplicaStub), 2, 5.0
-        )
-        async with replica_server(b, rep_b, 0, True) as port:
-            rep, peers = await _primary(a, port)
-            _, fut = await _append(a, rep, 10, b"before-")
-            assert await rep.wait({C1: fut}) == set()
-        try:
-            # the replica's server is gone: what goes out now waits, uncommitted
-            _, fut = await _append(a, rep, 10, b"while-down-")
-            await asyncio.sleep(0.5)
-            assert not fut.done()
-            qp = rep.queues[C1]
-            assert qp.notes["b"] != "ok"  # the failure recorded, as for a failed call
-            async with replica_server(b, rep_b, port, True):
-                assert await rep.wait({C1: fut}) == set()  # committed over a new stream
-                _, fut = await _append(a, rep, 10, b"after-")
+        async with nodes() as (a, b, rep_b):
+            async with replica_server(b, rep_b, 0, True) as port:
+                rep, peers = await _primary(a, port)
+                _, fut = await _append(a, rep, 10, b"before-")
                 assert await rep.wait({C1: fut}) == set()
-                assert rep._streams["b"].opened >= 2
-                assert _messages(b.store) == _messages(a.store)
-                assert len(_messages(b.store)) == 30
-        finally:
-            await rep.close()
-            await peers.close()
-            mp.undo()
-        await a.committer.close()
-        await b.committer.close()
+            try:
+                # the replica's server is gone: what goes out now waits, uncommitted
+                _, fut = await _append(a, rep, 10, b"while-down-")
+                await asyncio.sleep(0.5)
+                assert not fut.done()
+                qp = rep.queues[C1]
+                assert qp.notes["b"] != "ok"  # the failure recorded, as for a failed call
+                async with replica_server(b, rep_b, port, True):
+                    assert await rep.wait({C1: fut}) == set()  # committed over a new stream
+                    _, fut = await _append(a, rep, 10, b"after-")
+                    assert await rep.wait({C1: fut}) == set()
+                    assert rep._streams["b"].opened >= 2
+                    assert _messages(b.store) == _messages(a.store)
+                    assert len(_messages(b.store)) == 30
+            finally:
+                await rep.close()
+                await peers.close()
+                mp.undo()
 
     asyncio.run(run())
 
 
 def test_a_primary_without_the_cookie_is_refused_and_commits_nothing() -> None:
     async def run() -> None:
-        a, b = Node("a"), Node("b")
-        a.committer.start()
-        b.committer.start()
-        rep_b = Replicator(
-            "b", b.store, b.committer, PeerBook("b", COOKIE, "", "m", ReplicaStub), 2, 5.0
-        )
-        async with replica_server(b, rep_b, 0, True) as port:
+        async with nodes() as (a, b, rep_b), replica_server(b, rep_b, 0, True) as port:
             rep, peers = await _primary(a, port)
             peers.caller.cookie = "another cluster's cookie"
             try:
@@ -183,7 +182,5 @@ def test_a_primary_without_the_cookie_is_refused_and_commits_nothing() -> None:
             finally:
                 await rep.close()
                 await peers.close()
-        await a.committer.close()
-        await b.committer.close()
 
     asyncio.run(run())
