@@ -4,6 +4,7 @@ and start-up stopped by a bad file."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import subprocess
@@ -26,9 +27,10 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[Node]:
-    """Three TLS listeners: ``open`` (server certificate only), ``mutual`` (client
-    certificates required, CN as username, CRL), ``proxied`` (PROXY header first)."""
-    ports = {"open": free_port(), "mutual": free_port(), "proxied": free_port()}
+    """Five TLS listeners: ``open`` (server certificate only), ``mutual`` (client
+    certificates required, CN as username, CRL), ``proxied`` (PROXY header first), and
+    ``hasty`` and ``hasty_proxied``, which allow a handshake one second."""
+    ports = {name: free_port() for name in ("open", "mutual", "proxied", "hasty", "hasty_proxied")}
     n = make_node(
         tmp_path_factory.mktemp("tls"),
         **{
@@ -43,6 +45,11 @@ def node(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[Nod
             "listener.ssl.mutual.tls_version": "tlsv1.3",
             "listener.ssl.proxied": f"127.0.0.1:{ports['proxied']}",
             "listener.ssl.proxied.proxy_protocol": "on",
+            "listener.ssl.hasty": f"127.0.0.1:{ports['hasty']}",
+            "listener.ssl.hasty.handshake_timeout": "1s",
+            "listener.ssl.hasty_proxied": f"127.0.0.1:{ports['hasty_proxied']}",
+            "listener.ssl.hasty_proxied.handshake_timeout": "1s",
+            "listener.ssl.hasty_proxied.proxy_protocol": "on",
         },
     )
     n.ports.update(ports)
@@ -158,6 +165,34 @@ def test_plain_mqtt_on_a_tls_port_is_refused_and_the_node_keeps_serving(
     assert rejected(node, local)[0].startswith("tls: ")
     tls = (str(certs.ca), None, None)
     Client("tls-after-plain", node.ports["open"], 4, tls=tls).connect().disconnect()
+
+
+@pytest.mark.parametrize(
+    ("listener", "sent"),
+    [
+        ("hasty", b""),  # connects and says nothing
+        ("hasty", b"\x16\x03\x01\x00\xc8\x01"),  # the start of a ClientHello, then nothing
+        ("hasty_proxied", b"PROXY TCP4 203.0.113.9"),  # half a PROXY header
+        ("hasty_proxied", b"PROXY TCP4 203.0.113.9 10.0.0.1 52000 8883\r\n"),  # no TLS after
+    ],
+)
+def test_a_handshake_that_stalls_is_closed_at_the_timeout_and_logged(
+    node: Node, certs: Certs, listener: str, sent: bytes
+) -> None:
+    with socket.create_connection(("127.0.0.1", node.ports[listener]), timeout=10) as s:
+        # the peer it is logged as: the PROXY header's source once the header is whole
+        peer = 52000 if sent.endswith(b"\r\n") else s.getsockname()[1]
+        if sent:
+            s.sendall(sent)
+        s.settimeout(10)
+        # closed by the listener, well before the client's 10 s; with bytes it never read
+        # (half a PROXY header) the close is a reset
+        with contextlib.suppress(ConnectionResetError):
+            assert s.recv(4) == b""
+    wait_for(lambda: rejected(node, peer), 10, what="client.rejected for a stalled handshake")
+    assert rejected(node, peer) == ["tls: handshake timed out"]
+    tls = (str(certs.ca), None, None)
+    Client(f"tls-after-{listener}", node.ports["hasty"], 4, tls=tls).connect().disconnect()
 
 
 def test_the_proxy_header_before_the_handshake_names_the_client(node: Node, certs: Certs) -> None:
