@@ -82,10 +82,12 @@ def build_spark(
     conf: Mapping[str, str] | None = None,
     log_level: str = "ERROR",
     quiet_log: Path | None = None,
+    java_options: str = "",
 ) -> SparkSession:
     """A session for ``master``; ``conf`` overrides the defaults above.
 
     With ``quiet_log`` the JVM's start-up output and later log lines go to that file.
+    ``java_options`` are added to the driver JVM's (``class_cache.java_options``).
     """
     settings = dict(BASE_CONF)
     # Launched by spark-submit (the JVM started us and passed its gateway): the master and
@@ -97,6 +99,9 @@ def build_spark(
     if quiet_log is not None:
         settings.update(quiet_conf(quiet_log))
     settings.update(conf or {})
+    if java_options:
+        key = "spark.driver.extraJavaOptions"
+        settings[key] = f"{settings.get(key, '')} {java_options}".strip()
     builder = SparkSession.builder.appName(app_name)
     if not submitted:
         builder = builder.master(master)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,10 @@ import pytest
 from tests.support.node import Node, make_node, stop_leftovers
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# No ETL run of the tests (nor the processes they start) writes a class archive to the
+# user's cache; the one test of it names its own directory.
+os.environ.setdefault("TERNMQ_ETL_CLASS_CACHE", "off")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
