@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Final
 
+from services.common.pids import group_alive
+
 ENV: Final = "TERNMQ_ETL_CLASS_CACHE"
 BUILD_TIMEOUT: Final = 600.0  # s the building child may take
 # The JVM's CDS messages (an archive it cannot use, classes it skips) are not the user's.
@@ -87,7 +89,7 @@ def build(path: Path) -> bool:
         code = child.wait(BUILD_TIMEOUT)
         # The JVM writes the archive as it exits, which it does once the child that
         # started it has gone: wait for the child's whole process group.
-        while _group_alive(child.pid):
+        while group_alive(child.pid):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
@@ -101,18 +103,10 @@ def build(path: Path) -> bool:
     except subprocess.TimeoutExpired:
         return False
     finally:
-        if _group_alive(child.pid):
+        if group_alive(child.pid):
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
         partial.unlink(missing_ok=True)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _train(out: Path) -> None:

@@ -1,4 +1,4 @@
-"""Whether a process id still names a running process."""
+"""Whether a process id (or a process group) still names a running process."""
 
 from __future__ import annotations
 
@@ -22,3 +22,16 @@ def alive(pid: int) -> bool:
         return False
     state = stat[stat.rindex(b")") + 1 :].split(maxsplit=1)[0]  # after "(comm)"
     return state not in (b"Z", b"X")
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is left (zombies count: a caller that has
+    reaped its own child waits here for the rest of the group, the JVM or the services
+    it started)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

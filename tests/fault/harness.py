@@ -60,6 +60,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from services.common.pids import group_alive
 from services.pb import msgstore_pb2, msgstore_pb2_grpc
 from tests.fault.checker import (
     PROBE_PREFIX,
@@ -295,16 +296,6 @@ def get(node: NodeProc, path: str, timeout: float = 3.0) -> tuple[int, Any]:
         return 0, None
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Cluster:
     """Three nodes, R = 3, W = 2, each in its own process group; faults one at a time."""
 
@@ -463,7 +454,7 @@ class Cluster:
             os.killpg(node.proc.pid, signal.SIGKILL)
         node.proc.wait(30)
         deadline = time.monotonic() + 30
-        while _group_alive(node.proc.pid) and time.monotonic() < deadline:
+        while group_alive(node.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def pause(self, node: NodeProc) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common import logspool
+from services.common.pids import group_alive
 
 VENV_BIN = Path(sys.executable).parent
 TERNMQ = str(VENV_BIN / "ternmq")
@@ -177,7 +178,7 @@ class Node:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
         # children die with the group; make sure none lingers holding the store
-        wait_for(lambda: not _group_alive(self.proc.pid), 30, 0.1, "node group gone")
+        wait_for(lambda: not group_alive(self.proc.pid), 30, 0.1, "node group gone")
 
     def stop(self, timeout: float = 20) -> int:
         """SIGTERM and wait; returns the exit status."""
@@ -220,14 +221,6 @@ def complete_lines(path: Path) -> list[str]:
     the last line may still be on its way (a fresh-clone run read half of one)."""
     text = path.read_text(errors="replace")
     return text.split("\n")[:-1]  # the last piece is "" or a line being written
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def make_node(base: Path, **settings: str) -> Node:
