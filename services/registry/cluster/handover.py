@@ -113,7 +113,15 @@ class Giver:
             if s.online or s.recovered:
                 step = NotifyTakeover(s.listener_id, key, s.epoch, req.epoch, req.node)
                 confirmed = await r.takeovers.run(step, s)
-                s = r.table.get(key) or s
+                now = r.table.get(key)
+                if now is not None and now.epoch != s.epoch:
+                    # Replaced while the old connection was asked to go: this node's own
+                    # claim holds the claim lock, not this one, and may have adopted the
+                    # session meanwhile (a failover). The request is judged again against
+                    # what is here now; taking the table's session as the one asked for
+                    # forgot that adopted one (a fault run: session_present = 0).
+                    return await self._take(key, req)
+                s = now or s
             r.table.forget(key, s.epoch)
             await r.committer.sync(key)
             given = _Given(s.epoch, s, 0, not confirmed)
