@@ -72,8 +72,11 @@ def java_options(path: Path | None) -> str:
 def build(path: Path) -> bool:
     """Make the archive at ``path`` in a child process; whether it now exists. A failure
     leaves nothing behind (the next run tries again)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:  # a cache directory that cannot be written (a read-only home) makes no archive
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError:
+        return False
     os.close(fd)
     partial = Path(name)
     partial.unlink()  # the JVM creates it, at its exit

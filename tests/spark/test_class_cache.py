@@ -86,3 +86,9 @@ def test_where_the_archive_goes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     path = class_cache.archive_path()
     assert path is not None and path.parent == tmp_path / "xdg" / "ternmq"
+
+
+def test_a_cache_that_cannot_be_written_makes_no_archive_and_no_error(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert class_cache.build(blocked / "sub" / "spark.jsa") is False
