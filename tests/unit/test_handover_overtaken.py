@@ -50,65 +50,64 @@ def _take_request(epoch: int) -> quorum_pb2.HandoverRequest:
     )  # fmt: skip
 
 
+class _Node:
+    """A registrar holding ``K`` online (epoch 7, listener L1) and that listener's watch
+    stream, which takes commands and answers none."""
+
+    def __init__(self) -> None:
+        settings = build(RegistrySettings, schema().empty())
+        self.table = SessionTable(Policy())
+        committer = Committer(SessionStore(MemoryEngine()), self.table.get)
+        hub = WatchHub()
+        metrics = MetricsRegistry()
+        self.registrar = Registrar(settings, self.table, committer, _Queue(), hub, metrics)
+        self.table.load([Session(K, 7, True, "a", "L1", 3600, 4, 0, queued=True)], 0)
+        self.giver = Giver(self.registrar)
+        self.told: list[registry_pb2.RegistryCommand] = []
+
+        async def listener() -> None:
+            async for command in hub.stream("L1", "a"):
+                self.told.append(command)
+
+        self.watching = asyncio.create_task(listener())
+
+    async def take(self, epoch: int) -> asyncio.Task[quorum_pb2.HandoverReply]:
+        """Start a TAKE; return once the old connection has been told to go."""
+        await asyncio.sleep(0)  # the watch stream is open
+        task = asyncio.create_task(self.giver.handle(_take_request(epoch)))
+        while not self.told:
+            await asyncio.sleep(0.01)
+        return task
+
+
 def test_a_take_overtaken_by_this_nodes_own_claim_is_refused_and_leaves_its_session() -> None:
     async def run() -> None:
-        settings = build(RegistrySettings, schema().empty())
-        table = SessionTable(Policy())
-        committer = Committer(SessionStore(MemoryEngine()), table.get)
-        hub = WatchHub()
-        r = Registrar(settings, table, committer, _Queue(), hub, MetricsRegistry())
-        table.load([Session(K, 7, True, "a", "L1", 3600, 4, 0, queued=True)], 0)
-        told: list[registry_pb2.RegistryCommand] = []
-
-        async def listener() -> None:  # takes commands, answers none
-            async for command in hub.stream("L1", "a"):
-                told.append(command)
-
-        watching = asyncio.create_task(listener())
-        await asyncio.sleep(0)
-        giver = Giver(r)
-        take = asyncio.create_task(giver.handle(_take_request(9)))
-        while not told:  # the old connection has been told to go; the giver waits
-            await asyncio.sleep(0.01)
+        n = _Node()
+        take = await n.take(9)
         # Meanwhile this node's own claim (epoch 10) fails the queue over and adopts the
         # session, offline, one below its epoch (``Claims._fail_over``).
-        giver.claimed(K, 10)
-        table.demote(K)
-        table.adopt(adopted(K, "a", 9, Taken(True, True, 3600, 4), r.clock()))
-        r.takeovers.ended(K, 7)  # the wait ends
+        n.giver.claimed(K, 10)
+        n.table.demote(K)
+        n.table.adopt(adopted(K, "a", 9, Taken(True, True, 3600, 4), n.registrar.clock()))
+        n.registrar.takeovers.ended(K, 7)  # the wait ends
         reply = await take
         assert reply.error == "claimed here at epoch 10", reply
-        kept = table.get(K)
+        kept = n.table.get(K)
         assert kept is not None and kept.epoch == 9 and not kept.online and kept.queued
-        watching.cancel()
+        n.watching.cancel()
 
     asyncio.run(run())
 
 
 def test_a_take_whose_session_stayed_takes_it() -> None:
     async def run() -> None:
-        settings = build(RegistrySettings, schema().empty())
-        table = SessionTable(Policy())
-        committer = Committer(SessionStore(MemoryEngine()), table.get)
-        hub = WatchHub()
-        r = Registrar(settings, table, committer, _Queue(), hub, MetricsRegistry())
-        table.load([Session(K, 7, True, "a", "L1", 3600, 4, 0, queued=True)], 0)
-        told: list[registry_pb2.RegistryCommand] = []
-
-        async def listener() -> None:
-            async for command in hub.stream("L1", "a"):
-                told.append(command)
-
-        watching = asyncio.create_task(listener())
-        await asyncio.sleep(0)
-        take = asyncio.create_task(Giver(r).handle(_take_request(9)))
-        while not told:
-            await asyncio.sleep(0.01)
-        r.takeovers.ended(K, 7)
+        n = _Node()
+        take = await n.take(9)
+        n.registrar.takeovers.ended(K, 7)
         reply = await take
         assert not reply.error and reply.present and reply.persistent
         assert [e.seq for e in reply.entries] == [1]
-        assert table.get(K) is None  # handed over
-        watching.cancel()
+        assert n.table.get(K) is None  # handed over
+        n.watching.cancel()
 
     asyncio.run(run())
