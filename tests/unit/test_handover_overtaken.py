@@ -19,8 +19,7 @@ from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.common.typed_settings import build
 from services.node.schema import schema
-from services.pb import common_pb2, msgstore_pb2, quorum_pb2, registry_pb2
-from services.registry.backends import Backends
+from services.pb import common_pb2, quorum_pb2, registry_pb2
 from services.registry.cluster.handover import Giver, Taken, adopted
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
@@ -29,18 +28,9 @@ from services.registry.registrar import Registrar
 from services.registry.sessions import Policy, Session, SessionTable
 from services.registry.store import SessionStore
 from services.registry.watchers import WatchHub
+from tests.support.queue_read import QueueRead
 
 K: SessionKey = ("", "s")
-
-
-class _Queue(Backends):
-    def __init__(self) -> None:
-        pass
-
-    async def read_queue(
-        self, key: SessionKey, epoch: int, after: int
-    ) -> tuple[list[msgstore_pb2.QueueEntry], msgstore_pb2.QueueState]:
-        return [msgstore_pb2.QueueEntry(seq=1)], msgstore_pb2.QueueState(epoch=epoch, last_seq=1)
 
 
 def _take_request(epoch: int) -> quorum_pb2.HandoverRequest:
@@ -60,7 +50,7 @@ class _Node:
         committer = Committer(SessionStore(MemoryEngine()), self.table.get)
         hub = WatchHub()
         metrics = MetricsRegistry()
-        self.registrar = Registrar(settings, self.table, committer, _Queue(), hub, metrics)
+        self.registrar = Registrar(settings, self.table, committer, QueueRead(1), hub, metrics)
         self.table.load([Session(K, 7, True, "a", "L1", 3600, 4, 0, queued=True)], 0)
         self.giver = Giver(self.registrar)
         self.told: list[registry_pb2.RegistryCommand] = []

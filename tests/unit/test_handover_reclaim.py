@@ -13,8 +13,7 @@ from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.common.typed_settings import build
 from services.node.schema import schema
-from services.pb import common_pb2, msgstore_pb2, quorum_pb2
-from services.registry.backends import Backends
+from services.pb import common_pb2, quorum_pb2
 from services.registry.cluster.handover import Giver
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
@@ -23,19 +22,9 @@ from services.registry.registrar import Registrar
 from services.registry.sessions import Connect, Policy, Session, SessionTable
 from services.registry.store import SessionStore
 from services.registry.watchers import WatchHub
+from tests.support.queue_read import QueueRead
 
 K: SessionKey = ("", "s")
-
-
-class _Queue(Backends):
-    def __init__(self) -> None:
-        self.deleted: list[int] = []
-
-    async def read_queue(
-        self, key: SessionKey, epoch: int, after: int
-    ) -> tuple[list[msgstore_pb2.QueueEntry], msgstore_pb2.QueueState]:
-        entries = [msgstore_pb2.QueueEntry(seq=s) for s in range(1, 4) if s > after]
-        return entries, msgstore_pb2.QueueState(epoch=epoch, last_seq=3)
 
 
 def _request(phase: int, epoch: int) -> quorum_pb2.HandoverRequest:
@@ -48,7 +37,7 @@ def _giver() -> tuple[Registrar, Giver]:
     settings = build(RegistrySettings, schema().empty())
     table = SessionTable(Policy())
     committer = Committer(SessionStore(MemoryEngine()), table.get)
-    r = Registrar(settings, table, committer, _Queue(), WatchHub(), MetricsRegistry())
+    r = Registrar(settings, table, committer, QueueRead(3), WatchHub(), MetricsRegistry())
     table.load([Session(K, 7, False, "a", "", 3600, 5, 0, queued=True)], 0)
     return r, Giver(r)
 

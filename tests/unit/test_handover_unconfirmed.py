@@ -14,8 +14,7 @@ from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.common.typed_settings import build
 from services.node.schema import schema
-from services.pb import common_pb2, msgstore_pb2, quorum_pb2
-from services.registry.backends import Backends
+from services.pb import common_pb2, quorum_pb2
 from services.registry.cluster.handover import Giver
 from services.registry.committer import Committer
 from services.registry.config import RegistrySettings
@@ -24,21 +23,9 @@ from services.registry.registrar import Registrar
 from services.registry.sessions import Policy, Session, SessionTable
 from services.registry.store import SessionStore
 from services.registry.watchers import WatchHub
+from tests.support.queue_read import QueueRead
 
 K: SessionKey = ("", "s")
-
-
-class _Queue(Backends):
-    """Five entries, the first two marked delivered."""
-
-    def __init__(self) -> None:
-        pass
-
-    async def read_queue(
-        self, key: SessionKey, epoch: int, after: int
-    ) -> tuple[list[msgstore_pb2.QueueEntry], msgstore_pb2.QueueState]:
-        entries = [msgstore_pb2.QueueEntry(seq=s) for s in range(1, 6) if s > after]
-        return entries, msgstore_pb2.QueueState(epoch=epoch, last_seq=5, delivered_upto=2)
 
 
 def _take(recovered: bool) -> quorum_pb2.HandoverReply:
@@ -46,7 +33,14 @@ def _take(recovered: bool) -> quorum_pb2.HandoverReply:
         settings = build(RegistrySettings, schema().empty())
         table = SessionTable(Policy())
         committer = Committer(SessionStore(MemoryEngine()), table.get)
-        r = Registrar(settings, table, committer, _Queue(), WatchHub(), MetricsRegistry())
+        r = Registrar(
+            settings,
+            table,
+            committer,
+            QueueRead(5, delivered_upto=2),
+            WatchHub(),
+            MetricsRegistry(),
+        )
         session = Session(K, 7, False, "a", "L1", 3600, 4, 0, recovered=recovered, queued=True)
         table.load([session], 0)
         return await Giver(r).handle(
