@@ -13,22 +13,10 @@ from pathlib import Path
 import pytest
 
 from spark_pipeline import class_cache
+from tests.support.etl_cli import ROOT, run_etl
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).resolve().parents[2]
 NOISE = ("WARN", "warning", "cds", "SharedArchiveFile")
-
-
-def _etl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spark_pipeline", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **env},
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_the_first_run_leaves_an_archive_that_later_sessions_start_from(tmp_path: Path) -> None:
@@ -44,13 +32,13 @@ def test_the_first_run_leaves_an_archive_that_later_sessions_start_from(tmp_path
     env = {class_cache.ENV: str(cache)}
     out = str(tmp_path / "out")
 
-    first = _etl(env, "run", "--logs", str(tmp_path / "logs"), "--out", out)
+    first = run_etl("run", "--logs", str(tmp_path / "logs"), "--out", out, env=env)
     assert first.returncode == 0, first.stderr
     assert "caching Spark's classes" in first.stderr
     made = list(cache.iterdir())
     assert len(made) == 1 and made[0].suffix == ".jsa" and made[0].stat().st_size > 0, made
 
-    second = _etl(env, "run", "--logs", str(tmp_path / "logs"), "--out", out)
+    second = run_etl("run", "--logs", str(tmp_path / "logs"), "--out", out, env=env)
     assert second.returncode == 0, second.stderr
     assert "caching" not in second.stderr
     assert not [n for n in NOISE if n in second.stderr], second.stderr

@@ -9,10 +9,7 @@ long passed. The plain query's table is checked in process.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,28 +17,15 @@ from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
 from spark_pipeline.cli import etl
+from tests.support.etl_cli import run_etl
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).resolve().parents[2]
 NOISE = ("WARN", "log4j", "NativeCodeLoader", "native-hadoop", "incubator", "setLogLevel")
 
 
 def _line(ts: str, event: str, **fields: object) -> str:
     base = {"ts": f"2026-11-22T07:00:{ts}Z", "level": "info", "node": "dev1"}
     return json.dumps({**base, "service": "listener", "event": event, "schema": "1.0", **fields})
-
-
-def _etl(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    return subprocess.run(
-        [sys.executable, "-m", "spark_pipeline", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_quiet_run_progress_bad_lines_and_query_tables(spark: SparkSession, tmp_path: Path) -> None:
@@ -56,7 +40,7 @@ def test_quiet_run_progress_bad_lines_and_query_tables(spark: SparkSession, tmp_
     (logs / "listener.jsonl").write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
 
-    res = _etl("run", "--logs", str(tmp_path / "logs"), "--out", str(out))
+    res = run_etl("run", "--logs", str(tmp_path / "logs"), "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert not [n for n in NOISE if n in res.stderr], res.stderr
     assert "\r" not in res.stderr, "off a terminal the bar prints plain lines"
@@ -73,7 +57,7 @@ def test_quiet_run_progress_bad_lines_and_query_tables(spark: SparkSession, tmp_
     assert row1 == "a/long/topic |     7" and row2 == "t            | 12345"
     assert count == "(2 rows)"
 
-    res = _etl("query", sql, "--out", str(out), "--verbose")
+    res = run_etl("query", sql, "--out", str(out), "--verbose")
     assert res.returncode == 0, res.stderr
     assert [n for n in NOISE if n in res.stderr], "--verbose shows Spark's own output"
     assert res.stdout == query.stdout
