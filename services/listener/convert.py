@@ -146,8 +146,11 @@ _SMALL: Final = [bytes((i,)) for i in range(0x80)]
 # Two-byte varints (128 to 2047): the lengths of most copies, entries and batches'
 # items. Built once; ``bytes((a, b))`` per call went through a generic constructor call.
 _PAIRS: Final = [bytes(((i & 0x7F) | 0x80, i >> 7)) if i >= 0x80 else b"" for i in range(0x800)]
-_SEVEN: Final = 1 << 49  # values from here on (µs timestamps) take eight bytes or more
-_LOW49: Final = _SEVEN - 1
+# Up to here a varint's bytes, gathered in one int, stay below 2**62, what a compiled
+# module keeps unboxed: seven groups with their continuation bits and a last byte below
+# 64. µs timestamps (about 2**51 today) are eight bytes and still below it.
+_UNBOXED: Final = 1 << 55
+_LOW49: Final = (1 << 49) - 1
 
 
 def varint(n: int) -> bytes:
@@ -160,9 +163,9 @@ def varint(n: int) -> bytes:
         return _PAIRS[n]
     if n < 0x4000:
         return bytes(((n & 0x7F) | 0x80, n >> 7))
-    if n >= _SEVEN:
-        # Seven bytes, then the rest: one gathered int of eight bytes or more would
-        # exceed what a compiled module keeps unboxed, and take the bignum path.
+    if n >= _UNBOXED:
+        # Seven bytes, then the rest: gathered in one int, these would take the bignum
+        # path.
         return _gathered(n & _LOW49, 7) + varint(n >> 49)
     # Gathered in an int written out once: a quarter of a bytearray's cost compiled
     acc = 0
@@ -236,25 +239,53 @@ def message_field(msg: Message, node: str) -> bytes:
 _NODE_FIELDS: Final[dict[str, bytes]] = {}
 
 
+def _heads(tag: int) -> list[bytes]:
+    """A length-delimited field's tag and one-byte length, as one piece, by length."""
+    return [bytes((tag, n)) for n in range(0x80)]
+
+
+_ID_HEADS: Final = _heads(0x0A)
+_TOPIC_HEADS: Final = _heads(0x12)
+_PAYLOAD_HEADS: Final = _heads(0x22)
+_PUBLISHER_HEADS: Final = _heads(0x3A)
+_QOS_FIELDS: Final = [b"", b"\x28\x01", b"\x28\x02"]
+
+
+def _add(parts: list[bytes], tag: bytes, heads: list[bytes], data: bytes) -> None:
+    """As ``_put``, the tag and a short length in one piece: a message is joined from a
+    dozen pieces, and the join's cost is per piece."""
+    n = len(data)
+    if n < 0x80:
+        parts.append(heads[n])
+    else:
+        parts.append(tag)
+        parts.append(varint(n))
+    parts.append(data)
+
+
 def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
     """``parts`` with the message's fields appended as protobuf writes them: in field
     number order, a zero, empty or unset value left out (``payload_format`` is optional:
     written when set, even to 0)."""
     if msg.msg_id:
-        _put(parts, b"\x0a", msg.msg_id.encode())
+        _add(parts, b"\x0a", _ID_HEADS, msg.msg_id.encode())
     if msg.topic:
-        _put(parts, b"\x12", msg.topic.encode())
+        _add(parts, b"\x12", _TOPIC_HEADS, msg.topic.encode())
     if msg.mountpoint:
         _put(parts, b"\x1a", msg.mountpoint.encode())
     if msg.payload:
-        _put(parts, b"\x22", msg.payload)
-    if msg.qos:
-        parts.append(b"\x28")
-        parts.append(varint(msg.qos))
+        _add(parts, b"\x22", _PAYLOAD_HEADS, msg.payload)
+    qos = msg.qos
+    if qos:
+        if qos < 3:
+            parts.append(_QOS_FIELDS[qos])
+        else:
+            parts.append(b"\x28")
+            parts.append(varint(qos))
     if msg.retain:
         parts.append(b"\x30\x01")
     if msg.publisher:
-        _put(parts, b"\x3a", msg.publisher.encode())
+        _add(parts, b"\x3a", _PUBLISHER_HEADS, msg.publisher.encode())
     if node:
         field = _NODE_FIELDS.get(node)
         if field is None:

@@ -23,8 +23,10 @@ def _key(mountpoint: str, client_id: str) -> common_pb2.SessionKey:
 @given(st.integers(min_value=0, max_value=2**64 - 1))
 @example(0x7FF)  # the last of the two-byte table
 @example(0x800)
-@example(2**49 - 1)  # the last seven-byte varint gathered whole
-@example(2**49)  # from here on, in two parts
+@example(2**49 - 1)  # the last seven-byte varint
+@example(2**49)  # the first eight-byte one (µs timestamps), still gathered whole
+@example(2**55 - 1)  # the last gathered whole
+@example(2**55)  # from here on, in two parts
 @example(2**62)  # past what a compiled module keeps unboxed
 @example(2**64 - 1)
 def test_varint_matches_protobuf(n: int) -> None:
