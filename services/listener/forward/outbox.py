@@ -20,19 +20,23 @@ Worked example::
 
     o = Outbox(capacity=10)
     o.push("a", now=0.0); o.push("b", now=0.0)     # seq 1, 2
-    o.take(100) == [(1, "a"), (2, "b")]
+    o.take(100) == [(1, "a", 0.0), (2, "b", 0.0)]  # (seq, item, pushed at)
     o.rewind()                                       # the stream broke
-    o.take(100) == [(1, "a"), (2, "b")]              # sent again
-    o.ack(2, {2}) == [(1, "a", True), (2, "b", False)]
+    o.take(100) == [(1, "a", 0.0), (2, "b", 0.0)]  # sent again
+    o.ack(2) == [(1, "a", 0.0), (2, "b", 0.0)]       # done with (failed or not: the ack says)
+
+``take`` and ``ack`` hand out the entries as they are kept, not new tuples: the link
+moves every forwarded copy through both.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+Entry = tuple[int, T, float]  # (seq, item, pushed at)
 
 
 class OutboxFull(Exception):
@@ -52,8 +56,8 @@ class Outbox(Generic[T]):
         # The highest seq sent on a stream that broke before it was answered: the peer
         # may have taken it (see ``ForwardBatch.resent_upto``).
         self.resent_upto = 0
-        self._sent: deque[tuple[int, T, float]] = deque()  # (seq, item, pushed at)
-        self._unsent: deque[tuple[int, T, float]] = deque()
+        self._sent: deque[Entry[T]] = deque()  # (seq, item, pushed at)
+        self._unsent: deque[Entry[T]] = deque()
 
     def __len__(self) -> int:
         return len(self._sent) + len(self._unsent)
@@ -70,14 +74,19 @@ class Outbox(Generic[T]):
         """How many copies ``take`` would hand out now."""
         return len(self._unsent)
 
-    def take(self, limit: int) -> list[tuple[int, T]]:
-        """Up to ``limit`` copies not yet sent on this stream, in ``seq`` order."""
-        out: list[tuple[int, T]] = []
+    def take(self, limit: int) -> list[Entry[T]]:
+        """Up to ``limit`` entries not yet sent on this stream, in ``seq`` order."""
         unsent, sent = self._unsent, self._sent
-        while unsent and len(out) < limit:
+        if len(unsent) <= limit:
+            out = list(unsent)
+            sent.extend(out)
+            unsent.clear()
+            return out
+        out = []
+        for _ in range(limit):
             entry = unsent.popleft()
             sent.append(entry)
-            out.append((entry[0], entry[1]))
+            out.append(entry)
         return out
 
     def rewind(self) -> None:
@@ -88,14 +97,13 @@ class Outbox(Generic[T]):
         while sent:
             self._unsent.appendleft(sent.pop())
 
-    def ack(self, upto: int, failed: Collection[int]) -> list[tuple[int, T, bool]]:
-        """The peer is done with every copy up to ``upto``; ``failed`` did not make it.
-        Returns each acknowledged copy with its seq and outcome, in ``seq`` order."""
-        out: list[tuple[int, T, bool]] = []
+    def ack(self, upto: int) -> list[Entry[T]]:
+        """The peer is done with every copy up to ``upto`` (the ones that failed, it
+        lists in its acknowledgement). Returns their entries, in ``seq`` order."""
+        out: list[Entry[T]] = []
         for items in (self._sent, self._unsent):
             while items and items[0][0] <= upto:
-                seq, item, _t = items.popleft()
-                out.append((seq, item, seq not in failed))
+                out.append(items.popleft())
         return out
 
     def withdraw(self, pick: Callable[[T], bool]) -> list[T]:

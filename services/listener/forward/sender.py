@@ -139,6 +139,7 @@ class PeerLink:
         self.heard_upto = 0
         self.sent = 0
         self._wake = asyncio.Event()
+        self._woken = False  # _wake is set: a Python method call saved per copy
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -166,7 +167,9 @@ class PeerLink:
         except OutboxFull:
             self.forwarder.fail(self.node, copy, "forward_queue_full")
             return
-        self._wake.set()
+        if not self._woken:
+            self._woken = True
+            self._wake.set()
 
     # -- the link task -----------------------------------------------------------------
     async def _run(self) -> None:
@@ -203,7 +206,7 @@ class PeerLink:
                             self.forwarder.sender,
                             self.forwarder.incarnation,
                             self.heard_upto,
-                            [(seq, c.body) for seq, c in copies],
+                            [(e[0], e[1].body) for e in copies],
                             self.outbox.resent_upto,
                             self.parked.heard(),
                         )
@@ -247,6 +250,7 @@ class PeerLink:
         return node_of(self.node) in self.forwarder.down
 
     def wake(self) -> None:
+        self._woken = True
         self._wake.set()
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
@@ -255,7 +259,8 @@ class PeerLink:
             self.heard_upto = max(self.heard_upto, ack.upto)
             failed = set(ack.failed)
             now = time.monotonic()
-            for seq, copy, ok in self.outbox.ack(ack.upto, failed):
+            for seq, copy, _pushed in self.outbox.ack(ack.upto):
+                ok = not failed or seq not in failed
                 if copy.share:
                     if ok:
                         parked.park(seq, copy, now)
@@ -274,6 +279,7 @@ class PeerLink:
     async def _idle(self, delay: float, reader: asyncio.Task[None] | None = None) -> None:
         """Wait for new copies, the reader's end or ``delay``; then expire old copies."""
         self._wake.clear()
+        self._woken = False
         waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._wake.wait())]
         if reader is not None:
             waits.append(reader)  # type: ignore[arg-type]
