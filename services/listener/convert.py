@@ -249,6 +249,12 @@ _TOPIC_HEADS: Final = _heads(0x12)
 _PAYLOAD_HEADS: Final = _heads(0x22)
 _PUBLISHER_HEADS: Final = _heads(0x3A)
 _QOS_FIELDS: Final = [b"", b"\x28\x01", b"\x28\x02"]
+# ... and of Forwarded
+_CLIENT_HEADS: Final = _heads(0x1A)
+_MESSAGE_HEADS: Final = _heads(0x3A)
+_COPY_QOS_FIELDS: Final = [b"", b"\x20\x01", b"\x20\x02"]
+# ... and of a ForwardBatch's items (field 4), with lengths of up to two bytes
+_ITEM_HEADS: Final = [b"\x22" + (_SMALL[n] if n < 0x80 else _PAIRS[n]) for n in range(0x800)]
 
 
 def _add(parts: list[bytes], tag: bytes, heads: list[bytes], data: bytes) -> None:
@@ -331,16 +337,19 @@ def forwarded_body(
     if mountpoint:
         _put(parts, b"\x12", mountpoint.encode())
     if client_id:
-        _put(parts, b"\x1a", client_id.encode())
+        _add(parts, b"\x1a", _CLIENT_HEADS, client_id.encode())
     if qos:
-        parts.append(b"\x20")
-        parts.append(varint(qos))
+        if qos < 3:
+            parts.append(_COPY_QOS_FIELDS[qos])
+        else:
+            parts.append(b"\x20")
+            parts.append(varint(qos))
     if retain:
         parts.append(b"\x28\x01")
     if sub_ids:
         _put(parts, b"\x32", b"".join([varint(i) for i in sub_ids]))  # packed
     if message:
-        _put(parts, b"\x3a", message)
+        _add(parts, b"\x3a", _MESSAGE_HEADS, message)
     if share:
         _put(parts, b"\x42", share.encode())
     return b"".join(parts)
@@ -366,11 +375,15 @@ def forward_batch(
         parts.append(b"\x18")
         parts.append(varint(acked))
     for seq, body in items:
-        head = b"\x08" + varint(seq) if seq else b""
-        n = len(head) + len(body)
-        parts.append(b"\x22")
-        parts.append(_SMALL[n] if n < 0x80 else varint(n))
-        parts.append(head)
+        if seq:
+            vseq = varint(seq)
+            n = 1 + len(vseq) + len(body)
+            parts.append(_ITEM_HEADS[n] if n < 0x800 else b"\x22" + varint(n))
+            parts.append(b"\x08")
+            parts.append(vseq)
+        else:
+            n = len(body)
+            parts.append(_ITEM_HEADS[n] if n < 0x800 else b"\x22" + varint(n))
         parts.append(body)
     if resent_upto:
         parts.append(b"\x28")
