@@ -138,6 +138,7 @@ class PeerLink:
         self.connected = False
         self.heard_upto = 0
         self.sent = 0
+        self.batches = 0  # written: sent / batches is the link's mean batch
         self._wake = asyncio.Event()
         self._woken = False  # _wake is set: a Python method call saved per copy
         self._task: asyncio.Task[None] | None = None
@@ -212,6 +213,7 @@ class PeerLink:
                         )
                     )
                     self.sent += len(copies)
+                    self.batches += 1
                 if reader.exception() is not None:
                     raise reader.exception()  # type: ignore[misc]
             except grpc.aio.AioRpcError as exc:
@@ -398,6 +400,7 @@ class Forwarder:
                 "held": link.held(),
                 "waiting": len(link.outbox),
                 "sent": link.sent,
+                "batches": link.batches,
                 "shared_unsettled": len(link.parked),
             }
             for n, link in sorted(self.links.items())
