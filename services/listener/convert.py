@@ -269,6 +269,15 @@ def _add(parts: list[bytes], tag: bytes, heads: list[bytes], data: bytes) -> Non
     parts.append(data)
 
 
+def _add_uint(parts: list[bytes], tag: bytes, fields: list[bytes], n: int) -> None:
+    """A varint field, as one piece from ``fields`` (tag and value) when it holds ``n``."""
+    if n < len(fields):
+        parts.append(fields[n])
+    else:
+        parts.append(tag)
+        parts.append(varint(n))
+
+
 def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
     """``parts`` with the message's fields appended as protobuf writes them: in field
     number order, a zero, empty or unset value left out (``payload_format`` is optional:
@@ -281,13 +290,8 @@ def _message_parts(msg: Message, node: str, parts: list[bytes]) -> list[bytes]:
         _put(parts, b"\x1a", msg.mountpoint.encode())
     if msg.payload:
         _add(parts, b"\x22", _PAYLOAD_HEADS, msg.payload)
-    qos = msg.qos
-    if qos:
-        if qos < 3:
-            parts.append(_QOS_FIELDS[qos])
-        else:
-            parts.append(b"\x28")
-            parts.append(varint(qos))
+    if msg.qos:
+        _add_uint(parts, b"\x28", _QOS_FIELDS, msg.qos)
     if msg.retain:
         parts.append(b"\x30\x01")
     if msg.publisher:
@@ -339,11 +343,7 @@ def forwarded_body(
     if client_id:
         _add(parts, b"\x1a", _CLIENT_HEADS, client_id.encode())
     if qos:
-        if qos < 3:
-            parts.append(_COPY_QOS_FIELDS[qos])
-        else:
-            parts.append(b"\x20")
-            parts.append(varint(qos))
+        _add_uint(parts, b"\x20", _COPY_QOS_FIELDS, qos)
     if retain:
         parts.append(b"\x28\x01")
     if sub_ids:
