@@ -23,15 +23,13 @@ Measured: ``docs/benchmarks.md``, "Replicated queues, group commits on the loop"
 
 from __future__ import annotations
 
-import math
-
 INLINE_OPS = 4  # a write this small is made on the event loop...
 INLINE_UNDER = 0.002  # s ...while writes take less than this on average...
 INLINE_STALL = 0.02  # s ...and none took this long...
 INLINE_BACKOFF = 5.0  # s ...else the worker thread makes them all for this long
 INLINE_WEIGHT = 0.1  # of the latest write in the moving average
 STORE_INLINE_OPS = 1 << 30  # the msgstore's: any group...
-STORE_INLINE_UNDER = math.inf  # ...whatever the mean: only a stall sends them away
+STORE_INLINE_UNDER = INLINE_STALL  # ...while its writes average under a stall
 
 
 class InlinePolicy:
