@@ -391,7 +391,9 @@ _SPECS: Final = [
         "(after an Open at a new epoch or with new replicas); late when appends were not on "
         "msgstore.write_quorum copies within msgstore.failover_timeout (their publishers "
         "were refused); superseded when appends reached this node's copy after a newer "
-        "primary took the queue (refused too: the copy is fenced).",
+        "primary took the queue (refused too: the copy is fenced); unled when appends or "
+        "QoS 2 marks reached a copy the store holds as replicated that no primary on this "
+        "node leads (refused: they would be on that copy alone).",
         client_id="str",
         mountpoint="str",
         epoch="int",

@@ -114,7 +114,7 @@ class ActionExecutor:
         # The last seq the resume's read replayed: an append whose answer arrives after
         # the replay, though the read already held it, is not delivered a second time.
         self._replayed_upto = 0
-        self._barrier: asyncio.Future[None] | None = None  # writes wait for a durable mark
+        self._barrier: asyncio.Future[str] | None = None  # writes wait for a durable mark
         self._delivered_hi = 0  # highest queue seq written to the client
         self._delivered_sent = 0  # ... and reported to the store
         self._wbuf: list[bytes] = []
@@ -447,7 +447,20 @@ class ActionExecutor:
             self._barrier = barrier
             barrier.add_done_callback(self._barrier_passed)
 
-    def _barrier_passed(self, fut: asyncio.Future[None]) -> None:
+    def _barrier_passed(self, fut: asyncio.Future[str]) -> None:
+        why = fut.result()
+        if why:
+            # Not durable where it must be: what relies on it (the PUBREC or PUBREL held
+            # behind the barrier, or behind a later one that replaced it) must not go
+            # out, or a failover that reads the copies without it would deliver again a
+            # message the client completed. The client retries on a new connection,
+            # against the state that is there.
+            if not self.closed:
+                self._barrier = None
+                self._wbuf.clear()
+                log.emit("store.error", "error", op="mark", reason=why)
+                self.fail(0x80, "QoS 2 state not stored")
+            return
         if self._barrier is fut:
             self._barrier = None
             if self._wbuf and not self._flush_scheduled:

@@ -90,7 +90,7 @@ class _Batch:
         self.callbacks: list[AppendCallback] = []
         self.acks: dict[tuple[str, str, int], _Ack] = {}
         self.marks: list[bytes] = []
-        self.done: asyncio.Future[None] | None = None
+        self.done: asyncio.Future[str] | None = None
         self.ops = 0
         self.batch_id = 0
 
@@ -242,15 +242,18 @@ class StoreClient:
         (checked without making a future, on every connection's end)."""
         return not self._open.ops and not self._inflight and not self._sealed
 
-    def flush(self) -> asyncio.Future[None]:
-        """A future resolved when everything written so far is answered (or failed)."""
+    def flush(self) -> asyncio.Future[str]:
+        """A future resolved when everything written so far is answered: with "" when the
+        QoS 2 marks of the batch that carried the last writes are durable where they must
+        be, else with why not (``StoreBatchResult.marks_error``, or the batch failed). A
+        mark's barrier (``ActionExecutor._store_mark``) sends what relies on it only on ""."""
         batch = self._open
         if batch.done is None:
             batch.done = asyncio.get_running_loop().create_future()
         if self.settled():
             fut = batch.done
             batch.done = None
-            fut.set_result(None)
+            fut.set_result("")
             return fut
         if batch.ops == 0:
             batch.ops = 1  # ship an empty batch as a barrier behind the inflight ones
@@ -398,7 +401,7 @@ class StoreClient:
             except Exception as exc:  # a bug in the callback: reported, the stream goes on
                 _report(exc)
         if batch.done is not None and not batch.done.done():
-            batch.done.set_result(None)
+            batch.done.set_result(result.marks_error if batch.marks else "")
 
     def _fail(self, batch: _Batch, reason: str) -> None:
         for callback in batch.callbacks:
@@ -408,7 +411,7 @@ class StoreClient:
                 _report(exc)
         batch.callbacks = []
         if batch.done is not None and not batch.done.done():
-            batch.done.set_result(None)
+            batch.done.set_result(reason or "the store did not answer")
 
     def _fail_all(self, reason: str) -> None:
         batches = [*self._inflight]

@@ -60,7 +60,10 @@ def batch_from_pb(
 
 def result_to_pb(result: BatchResult) -> msgstore_pb2.StoreBatchResult:
     reply = msgstore_pb2.StoreBatchResult(
-        batch_id=result.batch_id, error=result.error, stale_acks=result.stale_acks
+        batch_id=result.batch_id,
+        error=result.error,
+        stale_acks=result.stale_acks,
+        marks_error=result.marks_error,
     )
     statuses: list[Any] = []  # model.AppendStatus: the numbers of msgstore.AppendStatus
     seqs: list[int] = []

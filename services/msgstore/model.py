@@ -172,14 +172,27 @@ class BatchResult:
     results: list[AppendResult]
     error: str = ""
     stale_acks: int = 0
+    # Why the batch's QoS 2 marks may not be durable where they must be ("" = they are).
+    marks_error: str = ""
+    # The replicated queues this batch appended to or marked: each must be led from here
+    # (a primary in the replicator), or what was written is on this copy alone.
+    replicated: set[SessionKey] | None = None
 
     def __init__(
-        self, batch_id: int, results: list[AppendResult], error: str = "", stale_acks: int = 0
+        self,
+        batch_id: int,
+        results: list[AppendResult],
+        error: str = "",
+        stale_acks: int = 0,
+        marks_error: str = "",
+        replicated: set[SessionKey] | None = None,
     ) -> None:
         self.batch_id = batch_id
         self.results = results
         self.error = error
         self.stale_acks = stale_acks
+        self.marks_error = marks_error
+        self.replicated = replicated
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,8 @@ class Txn:
     """A write transaction plus the queue records it has read or changed."""
 
     __slots__ = (
-        "delta", "dirty", "full", "head_moved", "metas", "txn", "unchecked", "unchecked_bytes",
+        "delta", "dirty", "full", "head_moved", "metas", "replicated", "txn", "unchecked",
+        "unchecked_bytes",
     )  # fmt: skip
 
     def __init__(self, txn: WriteTxn) -> None:
@@ -122,6 +123,21 @@ class Txn:
         self.full = ""  # why appends are refused in this transaction ("" = they are not)
         self.unchecked = FILL_CHECK_EVERY  # appends since the fill level was read
         self.unchecked_bytes = 0
+        # Replicated queues appended to or marked (``BatchResult.replicated``).
+        self.replicated: set[SessionKey] | None = None
+
+    def take_replicated(self) -> set[SessionKey] | None:
+        """The replicated queues touched since the last call (one transaction may hold
+        several batches). A method, not reads of the attribute around its reset: the
+        compiled build narrows such a read to None and raises on the set."""
+        touched, self.replicated = self.replicated, None
+        return touched
+
+    def touched_replicated(self, sid: SessionKey) -> None:
+        if self.replicated is None:
+            self.replicated = {sid}
+        else:
+            self.replicated.add(sid)
 
     def refuse_append(self, size: int) -> str:
         """Non-empty (the reason) once live data passes the append limit."""
@@ -219,6 +235,8 @@ def _append(t: Txn, op: Append) -> AppendResult:
     delta.entries += 1
     delta.bytes += size
     t.dirty.add(sess)
+    if meta.replicated:
+        t.touched_replicated(op.session)
     # AppendResult(_OK, seq) without the Python-level NamedTuple __new__
     result: AppendResult = _tuple_new(AppendResult, (_OK, seq))
     return result
@@ -262,6 +280,8 @@ def _mark(t: Txn, op: Mark) -> int:
     sess, meta = found
     if stale(op.epoch, meta):
         return 1
+    if meta.replicated:
+        t.touched_replicated(op.session)
     key = keys.mark(sess, op.kind, op.ident)
     if op.set:
         if t.txn.get(MARKS, key) is None:
@@ -275,10 +295,15 @@ def _mark(t: Txn, op: Mark) -> int:
 
 
 def _batch(t: Txn, job: WriteBatch) -> BatchResult:
+    t.take_replicated()  # this batch's own from here
     results = [_append(t, op) for op in job.appends]
-    refused = sum(_ack(t, op) for op in job.acks) + sum(_mark(t, op) for op in job.marks)
+    stale_marks = sum(_mark(t, op) for op in job.marks)
+    refused = sum(_ack(t, op) for op in job.acks) + stale_marks
     failed = t.full and any(r.status == AppendStatus.STORE_ERROR for r in results)
-    return BatchResult(job.batch_id, results, t.full if failed else "", refused)
+    marks_error = f"{stale_marks} QoS 2 marks refused for an older epoch" if stale_marks else ""
+    return BatchResult(
+        job.batch_id, results, t.full if failed else "", refused, marks_error, t.take_replicated()
+    )
 
 
 def _open(t: Txn, job: OpenQueue) -> QueueState:
@@ -374,7 +399,7 @@ def failed_result(job: Job, reason: str) -> Result:
     """The result of a job that could not be written (or made durable) at all."""
     if isinstance(job, WriteBatch):
         error = [AppendResult(AppendStatus.STORE_ERROR)] * len(job.appends)
-        return BatchResult(job.batch_id, error, reason)
+        return BatchResult(job.batch_id, error, reason, marks_error=reason if job.marks else "")
     if isinstance(job, CollectTombstones):
         return Collected(0, reason)
     if isinstance(job, (ReplicaWrite, FenceQueue)):

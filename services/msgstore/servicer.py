@@ -95,7 +95,9 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                 slots.release()
                 assert isinstance(result, BatchResult)
                 rep = self.cluster.replicator if self.cluster is not None else None
-                if rep is not None and (rep.queues or rep.rebuilding or rep.stepped_down):
+                if rep is not None and (
+                    rep.queues or rep.rebuilding or rep.stepped_down or result.replicated
+                ):
                     await self._replicated(rep, appends, result, marks)
                 if logged:
                     log_queued(appends, logged, result)
@@ -147,15 +149,24 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         """Hold the result until the appends to replicated queues, and their QoS 2 marks
         (exactly once across a failover), are on W copies; appends that are not within
         ``msgstore.failover_timeout`` fail (never a success for a message on fewer
-        copies), and so does the batch when its marks are not."""
+        copies), and so do the batch's marks when they are not (``marks_error``).
+
+        A queue the store holds as replicated but that no primary here leads (its
+        rebuild found the copy is not this node's to lead) fails the same way: what was
+        written is on this copy alone, and a success for it was how a failover could
+        later lose an acknowledged message, or deliver one that was never committed."""
         if replicator.rebuilding:
             opening = runs.opening([op.session for op in appends], replicator.rebuilding)
             opening |= runs.opening([m.session for m in marks], replicator.rebuilding)
             if opening:
                 await replicator.settled(opening)
-        queued = runs.by_queue(appends, result.results, replicator.queues, replicator.stepped_down)
-        marked = {m.session for m in marks if m.session in replicator.queues}
-        if not queued and not marked:
+        queues, stepped_down = replicator.queues, replicator.stepped_down
+        unled = {
+            sid for sid in result.replicated or () if sid not in queues and sid not in stepped_down
+        }
+        queued = runs.by_queue(appends, result.results, queues, stepped_down)
+        marked = {m.session for m in marks if m.session in queues or m.session in unled}
+        if not queued and not marked and not unled:
             return
         pending = {}
         for sid, (seqs, datas) in queued.items():
@@ -168,8 +179,10 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             if fut is not None:
                 states[sid] = fut
         failed = await replicator.wait(pending)
-        if await replicator.wait(states) and not result.error:
-            result.error = "QoS 2 state not on msgstore.write_quorum copies in time"
+        failed_states = await replicator.wait(states)
+        if (failed_states or marked & unled) and not result.marks_error:
+            result.marks_error = "QoS 2 state not on msgstore.write_quorum copies in time"
+        failed |= {op.session for op in appends if op.session in unled}
         if not failed:
             return
         refused = AppendResult(AppendStatus.STORE_ERROR)
@@ -181,6 +194,12 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         for sid in failed:
             qp = replicator.queues.get(sid)
             follows = replicator.stepped_down.get(sid)
+            if sid in unled:
+                state, reason = "unled", "a replicated queue with no primary on this node"
+            elif follows is None:
+                state, reason = "late", result.error
+            else:
+                state, reason = "superseded", "a newer primary took the queue"
             log.emit(
                 "queue.replicated",
                 "warning",
@@ -188,8 +207,8 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                 mountpoint=sid[0],
                 epoch=qp.primary.epoch if qp is not None else follows or 0,
                 replicas=list(qp.copies) if qp is not None else [],
-                state="late" if follows is None else "superseded",
-                reason=result.error if follows is None else "a newer primary took the queue",
+                state=state,
+                reason=reason,
             )
 
     @staticmethod

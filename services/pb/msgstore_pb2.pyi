@@ -237,18 +237,20 @@ class StoreBatch(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., appends: _Optional[_Iterable[_Union[Append, _Mapping]]] = ..., acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[Mark, _Mapping]]] = ...) -> None: ...
 
 class StoreBatchResult(_message.Message):
-    __slots__ = ("batch_id", "error", "stale_acks", "statuses", "seqs")
+    __slots__ = ("batch_id", "error", "stale_acks", "statuses", "seqs", "marks_error")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STALE_ACKS_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     SEQS_FIELD_NUMBER: _ClassVar[int]
+    MARKS_ERROR_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     error: str
     stale_acks: int
     statuses: _containers.RepeatedScalarFieldContainer[AppendStatus]
     seqs: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, batch_id: _Optional[int] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[AppendStatus, str]]] = ..., seqs: _Optional[_Iterable[int]] = ...) -> None: ...
+    marks_error: str
+    def __init__(self, batch_id: _Optional[int] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[AppendStatus, str]]] = ..., seqs: _Optional[_Iterable[int]] = ..., marks_error: _Optional[str] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
     __slots__ = ("key", "epoch", "create", "clean", "max_len", "replicas", "max_offline_len")

@@ -49,7 +49,7 @@ async def _lost_before_flush() -> list[dict[str, Any]]:
         await loop.sock_sendall(client, CONNECT)
         assert await asyncio.wait_for(loop.sock_recv(client, 4), 5) == b"\x20\x02\x00\x00"
         conn = broker.conns[0]
-        barrier: asyncio.Future[None] = loop.create_future()  # a QoS 2 mark on its way
+        barrier: asyncio.Future[str] = loop.create_future()  # a QoS 2 mark on its way
         conn._barrier = barrier
         barrier.add_done_callback(conn._barrier_passed)
         conn._write(b"\x50\x02\x00\x01")  # the PUBREC it holds back ...
@@ -60,7 +60,7 @@ async def _lost_before_flush() -> list[dict[str, Any]]:
                 break
             await asyncio.sleep(0.01)
         assert conn.closed
-        barrier.set_result(None)  # the mark is durable: the held writes are flushed
+        barrier.set_result("")  # the mark is durable: the held writes are flushed
         await asyncio.sleep(0.05)
         return errors
 

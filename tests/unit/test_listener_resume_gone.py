@@ -22,9 +22,9 @@ class FakeStore:
     def __init__(self) -> None:
         self.reads = 0
 
-    def flush(self) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
+    def flush(self) -> asyncio.Future[str]:
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        fut.set_result("")
         return fut
 
     async def read(self, *args: Any) -> Any:

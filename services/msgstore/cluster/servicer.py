@@ -40,7 +40,7 @@ from services.msgstore.model import (
 )
 from services.msgstore.queue import QueueStore
 from services.msgstore.replica_reads import read_copy
-from services.msgstore.replication.failover import choose, read_quorum
+from services.msgstore.replication.failover import acked_upto, choose, read_quorum
 from services.msgstore.replication.log import Position
 from services.pb import common_pb2, msgstore_pb2, msgstore_pb2_grpc
 from services.pb.msgstore_pb2_grpc import ReplicaStub
@@ -337,7 +337,7 @@ class Failover:
                 why = f"keeping the delivery state of {newest}: {done.reason}"
                 failover_event(sid, epoch, "refused", newest, self.node, 0, why)
                 return state_to_pb(QueueState(sid, error=why))
-        error = await self._acked_as_anywhere(sid, epoch, held)
+        error, foreign = await self._acked_as_anywhere(sid, epoch, held)
         if error:
             failover_event(sid, epoch, "refused", chosen, self.node, 0, error)
             return state_to_pb(QueueState(sid, error=error))
@@ -352,7 +352,7 @@ class Failover:
             new_members = frozenset(request.replicas) - frozenset(copies)
             await self.replicator.opened(sid, continuing=False, joining=new_members)
         assert isinstance(state, QueueState)
-        kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept"
+        kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept{foreign}"
         failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)
         return state_to_pb(state)
 
@@ -419,27 +419,34 @@ class Failover:
 
     async def _acked_as_anywhere(
         self, sid: SessionKey, epoch: int, held: Mapping[str, ReplicaState]
-    ) -> str:
-        """Acknowledge here what any copy read holds as acknowledged; why not ("" when
-        done). Acks reach the replicas lazily, so the most up-to-date log may lag the
-        old primary's acknowledged index (its client acked, then left): without this
-        the new primary resends what the client already acknowledged (S8). Sound
-        because a client only acks what was delivered, which was committed first, so
-        every copy's history holds the same entry at that seq."""
-        # A base at epoch 0 is where a copy made again after a delete began (the
-        # tombstone's last seq), not an index its primary acknowledged.
-        acked = max((a.base[1] for a in held.values() if a.base[0] > 0), default=0)
+    ) -> tuple[str, str]:
+        """Acknowledge here what any copy read holds as acknowledged, where it is of the
+        history this copy now holds (``failover.acked_upto``); why not ("" when done),
+        and a note naming the copies whose acknowledgements were of another history.
+        Acks reach the replicas lazily, so the most up-to-date log may lag the old
+        primary's acknowledged index (its client acked, then left): without this the new
+        primary resends what the client already acknowledged (S8)."""
+        bases = {n: a.base for n, a in held.items()}
+        copy = await asyncio.to_thread(read_copy, self.store, sid)
+        if copy is None:
+            return "", ""  # no replicated copy here: nothing of its history to acknowledge
+        acked, foreign = acked_upto(bases, copy.log)
+        note = ""
+        if foreign:
+            note = "; acknowledgements of another history ignored: " + ", ".join(
+                f"{n} at {bases[n]}" for n in foreign
+            )
         here = await asyncio.to_thread(self.store.state, sid)
         if not here.exists or acked <= here.acked:
-            return ""
+            return "", note
         seqs = tuple(range(here.acked + 1, min(acked, here.last_seq) + 1))
         if not seqs:
-            return ""
+            return "", note
         done = await self.committer.submit(WriteBatch(0, acks=(Ack(sid, epoch, seqs),)))
         assert isinstance(done, BatchResult)
         if done.error or done.stale_acks:
-            return f"acknowledging up to {acked}: {done.error or 'stale epoch'}"
-        return ""
+            return f"acknowledging up to {acked}: {done.error or 'stale epoch'}", note
+        return "", note
 
     async def _state_of(
         self, sid: SessionKey, node: str, epoch: int, fenced: ReplicaState

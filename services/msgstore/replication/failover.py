@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from services.msgstore.replication.log import Position
+from services.msgstore.replication.log import Position, ReplicaLog
 
 
 def read_quorum(r: int, w: int) -> int:
@@ -38,3 +38,27 @@ def choose(lasts: Mapping[str, Position], r: int, w: int, prefer: Sequence[str] 
         lasts,
         key=lambda node: (tuple(-x for x in lasts[node]), rank.get(node, len(rank)), node),
     )
+
+
+def acked_upto(bases: Mapping[str, Position], log: ReplicaLog) -> tuple[int, list[str]]:
+    """How far the new primary's copy ``log`` (the chosen history) may be acknowledged,
+    given the bases of the copies read (each copy's client acknowledged up to its base),
+    and the copies whose base is not a position of ``log``.
+
+    Acknowledgements reach the replicas lazily, so the chosen copy may lag the old
+    primary's acknowledged index; taking the highest base read fixes that. It is sound
+    only for a base that ``log`` holds at the same position: a client acknowledges what
+    was delivered, which was committed first, so every later history holds it. A base
+    ``log`` does not hold is an acknowledgement of entries that were never committed
+    (delivered from a copy no write quorum held): applied here, it would acknowledge,
+    and so drop, the different messages this history holds at those seqs. A base at
+    epoch 0 is where a copy made again after a delete began, not an acknowledgement."""
+    upto, foreign = log.base[1], []
+    for node, base in bases.items():
+        if base[0] <= 0 or base[1] <= log.base[1]:
+            continue
+        if log.at(base[1]) == base:
+            upto = max(upto, base[1])
+        else:
+            foreign.append(node)
+    return upto, sorted(foreign)

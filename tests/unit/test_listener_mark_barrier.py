@@ -1,0 +1,135 @@
+"""A QoS 2 step is never sent when the mark it relies on was not stored.
+
+The CI fault run of 2026-11-28 (seed 20261126) delivered 16 QoS 2 messages twice: the
+node holding a subscriber's queue was cut off from its replicas, the PUBREL marks it
+wrote did not reach ``msgstore.write_quorum`` copies, and the store said so beside the
+batch's appends, where the listener did not look. The barrier passed, the PUBRELs went
+out, the client completed the deliveries, and the failover that followed read copies
+without the marks and sent the messages again as new. The store now answers a batch's
+marks on their own (``StoreBatchResult.marks_error``), the store client's flush carries
+it, and a connection whose mark failed sends nothing held behind it and closes: the
+client retries against the state that is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvloop
+
+from services.listener.connection import Connection
+from services.listener.store_client import StoreClient
+from services.pb import msgstore_pb2
+from tests.support.connection import served
+from tests.unit.test_listener_lost_write import CONNECT, FakeBroker
+
+PUBREC = b"\x50\x02\x00\x01"
+
+
+async def _held_behind(why: str) -> tuple[bytes, bool]:
+    """What the client reads after the barrier passes with ``why``; closed or not."""
+    loop = asyncio.get_running_loop()
+    broker: Any = FakeBroker()
+    async with served(broker) as client:
+        await loop.sock_sendall(client, CONNECT)
+        assert await asyncio.wait_for(loop.sock_recv(client, 4), 5) == b"\x20\x02\x00\x00"
+        conn: Connection = broker.conns[0]
+        barrier: asyncio.Future[str] = loop.create_future()  # a QoS 2 mark on its way
+        conn._barrier = barrier
+        barrier.add_done_callback(conn._barrier_passed)
+        conn._write(PUBREC)  # held until the mark is answered
+        await asyncio.sleep(0.05)
+        barrier.set_result(why)
+        got = b""
+        while True:
+            try:
+                chunk = await asyncio.wait_for(loop.sock_recv(client, 64), 1.0 if why else 0.3)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            got += chunk
+            if got == PUBREC and not why:
+                break
+        return got, conn.closed
+
+
+def _run(why: str) -> tuple[bytes, bool]:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(asyncio.wait_for(_held_behind(why), 30))
+
+
+def test_a_durable_mark_releases_what_it_holds() -> None:
+    got, closed = _run("")
+    assert got == PUBREC and not closed
+
+
+def test_a_mark_not_stored_sends_nothing_behind_it_and_closes() -> None:
+    got, closed = _run("QoS 2 state not on msgstore.write_quorum copies in time")
+    assert got == b"" and closed
+
+
+class _MarksCall:
+    """The Stream call: answers each batch with ``marks_error`` when it carries marks."""
+
+    def __init__(self, requests: Any, marks_error: str) -> None:
+        self.requests = requests
+        self.marks_error = marks_error
+
+    def __aiter__(self) -> _MarksCall:
+        return self
+
+    async def __anext__(self) -> msgstore_pb2.StoreBatchResult:
+        batch = msgstore_pb2.StoreBatch.FromString(await self.requests.__anext__())
+        error = self.marks_error if batch.marks else ""
+        return msgstore_pb2.StoreBatchResult(batch_id=batch.batch_id, marks_error=error)
+
+    def cancel(self) -> None:
+        pass
+
+
+class _Channel:
+    def __init__(self, marks_error: str) -> None:
+        self.marks_error = marks_error
+
+    def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+    def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
+        return lambda requests: _MarksCall(requests, self.marks_error)
+
+
+async def _flushes(marks_error: str) -> tuple[str, str]:
+    client = StoreClient(_Channel(marks_error))  # type: ignore[arg-type]
+    client.start()
+    try:
+        client.mark("", "c1", 3, 2, 7, True)
+        with_mark = await asyncio.wait_for(client.flush(), 10)
+        client.ack("", "c1", 3, 1)
+        without = await asyncio.wait_for(client.flush(), 10)
+        return with_mark, without
+    finally:
+        await client.stop()
+
+
+def test_the_flush_of_a_batch_carries_its_marks_outcome() -> None:
+    assert asyncio.run(_flushes("")) == ("", "")
+    why = "1 QoS 2 marks refused for an older epoch"
+    assert asyncio.run(_flushes(why)) == (why, "")
+
+
+async def _broken() -> str:
+    client = StoreClient(_Channel(""))  # type: ignore[arg-type]
+    client.mark("", "c1", 3, 2, 7, True)
+    fut = client.flush()
+    # the batch goes out and the stream breaks before its answer
+    batch = client._open
+    client._open = type(batch)()
+    client._inflight.append(batch)
+    client._broken("UNAVAILABLE", "msgstore gone")
+    return await asyncio.wait_for(fut, 5)
+
+
+def test_a_batch_lost_with_its_stream_fails_the_barrier() -> None:
+    assert "msgstore gone" in asyncio.run(_broken())
