@@ -21,7 +21,7 @@ The scores come from BLAKE2b, never from ``hash()``, which differs between proce
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 from services.common.session_key import SessionKey
@@ -88,3 +88,21 @@ def replicas(key: SessionKey, owner: str, members: Iterable[str], factor: int) -
     """The queue's owner, then the next ``factor - 1`` members on the key's ring."""
     others = [m for m in ring(key, members) if m != owner]
     return [owner, *others[: max(factor - 1, 0)]]
+
+
+def replica_set(
+    key: SessionKey, owner: str, members: Iterable[str], up: Container[str], factor: int
+) -> list[str]:
+    """A new replica set: the owner, then the next ``factor - 1`` members on the key's ring
+    that are up, then, while fewer are up, the next that are down.
+
+    A set names fewer than ``factor`` copies only when the cluster has fewer members. One
+    made of the members that are up alone shrank to the owner when a one-way cut hid the
+    others for a moment: the queue was opened unreplicated, its appends were answered on
+    one copy, and a failover later lost one (the CI fault run of 2026-11-28). With down
+    members named, the queue commits nothing until a write quorum of them is back, as
+    DESIGN §4 asks: never a success for a message on fewer than W copies."""
+    ordered = [m for m in ring(key, members) if m != owner]
+    live = [m for m in ordered if m in up]
+    down = [m for m in ordered if m not in up]
+    return [owner, *[*live, *down][: max(factor - 1, 0)]]

@@ -64,7 +64,7 @@ from services.registry.config import RegistrySettings
 from services.registry.directory import DirectoryWriter
 from services.registry.engines.base import StoreError
 from services.registry.epoch_marks import EpochMarks
-from services.registry.leadership import View, decide, replicas
+from services.registry.leadership import View, decide, replica_set, replicas
 from services.registry.locks import KeyedLocks
 from services.registry.queue_calls import QueueCalls
 from services.registry.records import directory_ops, moved_command, pb_key, subs_ops
@@ -217,7 +217,7 @@ class Registrar:
         if r < 2:
             return ()
         view = self.cluster()
-        return tuple(replicas(key, self.settings.node, view.up & view.members, r))
+        return tuple(replica_set(key, self.settings.node, view.members, view.up, r))
 
     def keeping(self, key: SessionKey, survivors: tuple[str, ...]) -> tuple[str, ...]:
         """A replica set for ``key`` that keeps the members of ``survivors`` that are up

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from services.registry.leadership import View, decide, replicas, ring
+from services.registry.leadership import View, decide, replica_set, replicas, ring
 
 MEMBERS = frozenset({"a@h", "b@h", "c@h"})
 KEYS = [("", f"client-{i}") for i in range(3000)]
@@ -85,3 +85,24 @@ def test_replicas_start_with_the_owner_and_follow_the_ring() -> None:
     assert replicas(key, owner, MEMBERS, 1) == [owner]
     assert replicas(key, owner, MEMBERS, 2) == [owner, order[0]]
     assert replicas(key, owner, MEMBERS, 5) == [owner, order[0], order[1]]
+
+
+def test_a_replica_set_prefers_members_that_are_up_and_never_shrinks_for_those_down() -> None:
+    five = MEMBERS | {"d@h", "e@h"}
+    for key in KEYS[:200]:
+        order = ring(key, five)
+        owner = order[0]
+        others = order[1:]
+        assert replica_set(key, owner, five, five, 3) == [owner, *others[:2]]
+        # the next on the ring is down: the one after it, which is up, takes its place
+        up = five - {others[0]}
+        assert replica_set(key, owner, five, up, 3) == [owner, others[1], others[2]]
+        # the owner alone is up (a one-way cut hid the rest): the set still names three,
+        # the first of the ring, down, so nothing commits on the owner's copy alone
+        assert replica_set(key, owner, five, {owner}, 3) == [owner, *others[:2]]
+        # one member up besides the owner: it comes first, then the first down
+        up = {owner, others[3]}
+        assert replica_set(key, owner, five, up, 3) == [owner, others[3], others[0]]
+        # fewer members than R: every member, and R = 1 is the owner alone
+        assert replica_set(key, owner, {owner, others[0]}, {owner}, 3) == [owner, others[0]]
+        assert replica_set(key, owner, five, five, 1) == [owner]
