@@ -94,15 +94,18 @@ def replica_set(
     key: SessionKey, owner: str, members: Iterable[str], up: Container[str], factor: int
 ) -> list[str]:
     """A new replica set: the owner, then the next ``factor - 1`` members on the key's ring
-    that are up, then, while fewer are up, the next that are down.
+    that are up; with none up, the next member that is down.
 
-    A set names fewer than ``factor`` copies only when the cluster has fewer members. One
-    made of the members that are up alone shrank to the owner when a one-way cut hid the
-    others for a moment: the queue was opened unreplicated, its appends were answered on
-    one copy, and a failover later lost one (the CI fault run of 2026-11-28). With down
-    members named, the queue commits nothing until a write quorum of them is back, as
-    DESIGN §4 asks: never a success for a message on fewer than W copies."""
-    ordered = [m for m in ring(key, members) if m != owner]
-    live = [m for m in ordered if m in up]
-    down = [m for m in ordered if m not in up]
-    return [owner, *[*live, *down][: max(factor - 1, 0)]]
+    A set of the owner alone is a queue that is not replicated (the msgstore drops its
+    replication at the Open). Made of the members that are up, the set shrank to that
+    when a one-way cut hid the others from the owner for a moment: its appends were
+    answered on one copy, delivered, acknowledged, and a failover later lost one (the
+    CI fault run of 2026-11-28). With a down member named, the queue stays replicated and
+    commits nothing until a write quorum is back (the primary counts to W as configured,
+    DESIGN §4: never a success for a message on fewer than W copies); the set heals once
+    members are up again, as a set missing a member does."""
+    others = [m for m in ring(key, members) if m != owner]
+    live = [m for m in others if m in up]
+    if factor < 2:
+        return [owner]
+    return [owner, *(live[: factor - 1] or others[:1])]

@@ -87,7 +87,7 @@ def test_replicas_start_with_the_owner_and_follow_the_ring() -> None:
     assert replicas(key, owner, MEMBERS, 5) == [owner, order[0], order[1]]
 
 
-def test_a_replica_set_prefers_members_that_are_up_and_never_shrinks_for_those_down() -> None:
+def test_a_replica_set_takes_members_that_are_up_and_never_shrinks_to_the_owner() -> None:
     five = MEMBERS | {"d@h", "e@h"}
     for key in KEYS[:200]:
         order = ring(key, five)
@@ -97,12 +97,11 @@ def test_a_replica_set_prefers_members_that_are_up_and_never_shrinks_for_those_d
         # the next on the ring is down: the one after it, which is up, takes its place
         up = five - {others[0]}
         assert replica_set(key, owner, five, up, 3) == [owner, others[1], others[2]]
-        # the owner alone is up (a one-way cut hid the rest): the set still names three,
-        # the first of the ring, down, so nothing commits on the owner's copy alone
-        assert replica_set(key, owner, five, {owner}, 3) == [owner, *others[:2]]
-        # one member up besides the owner: it comes first, then the first down
-        up = {owner, others[3]}
-        assert replica_set(key, owner, five, up, 3) == [owner, others[3], others[0]]
-        # fewer members than R: every member, and R = 1 is the owner alone
-        assert replica_set(key, owner, {owner, others[0]}, {owner}, 3) == [owner, others[0]]
+        # one member up besides the owner: a set of two, healed later
+        assert replica_set(key, owner, five, {owner, others[3]}, 3) == [owner, others[3]]
+        # the owner alone is up (a one-way cut hid the rest): the set still names the
+        # first of the ring, down, so the queue stays replicated and commits nothing alone
+        assert replica_set(key, owner, five, {owner}, 3) == [owner, others[0]]
+        # a cluster of one member, and R = 1: the owner alone
+        assert replica_set(key, owner, {owner}, {owner}, 3) == [owner]
         assert replica_set(key, owner, five, five, 1) == [owner]

@@ -434,8 +434,9 @@ class Claims:
         r = self.registrar
         node = r.settings.node
         wanted = r.keeping(key, recorded)
-        if wanted == recorded or len(wanted) < 2:
-            return False
+        up = r.cluster().up
+        if wanted == recorded or not any(m in up for m in wanted[1:]):
+            return False  # nothing to do, or no member up to take a copy
         async with r.claim_locks.hold(key), r.locks.hold(key):
             s = r.table.get(key)
             if s is None or s.node != node or not s.queued:
