@@ -270,9 +270,11 @@ class Backends:
         if result is grpc.aio.EOF:  # type: ignore[attr-defined]
             raise _logged(BackendError("msgstore", "Stream", "STREAM_ENDED", "no result"))
         bad = [s for s in result.statuses if s != msgstore_pb2.APPEND_OK]
-        if result.error or bad or result.stale_acks:
+        if result.error or bad or result.stale_acks or result.marks_error:
             reason = result.error or (
-                f"{len(bad)} appends refused ({bad[0]})" if bad else "a stale epoch"
+                f"{len(bad)} appends refused ({bad[0]})"
+                if bad
+                else result.marks_error or "a stale epoch"
             )
             raise _logged(BackendError("msgstore", "Stream", "REFUSED", reason))
         return result
