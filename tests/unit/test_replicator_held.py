@@ -15,24 +15,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
 from services.msgstore.cluster import replicator as replicator_mod
-from services.msgstore.cluster.replicator import Replicator
 from services.msgstore.cluster.servicer import replica_reply, replica_write
-from services.msgstore.committer import Committer
 from services.msgstore.engines.memory import MemoryEngine
 from services.msgstore.model import (
     Ack,
     Append,
     BatchResult,
-    OpenQueue,
-    QueueState,
     ReplicaState,
     WriteBatch,
 )
 from services.msgstore.queue import DBS, QueueStore
-from services.pb import msgstore_pb2, msgstore_pb2_grpc
+from services.pb import msgstore_pb2
+from tests.support.replicator import primaries
 
 C1: SessionKey = ("", "c1")
 
@@ -86,21 +82,12 @@ def test_a_replica_gets_exactly_what_the_primary_stored(
     mp.setattr(replicator_mod, "read_entries", counted)
 
     async def run() -> None:
-        store = QueueStore(MemoryEngine(DBS))
-        committer = Committer(store, fsync="never")
-        committer.start()
-        peers: PeerBook[msgstore_pb2_grpc.ReplicaStub] = PeerBook(
-            "a", "cookie", "127.0.0.1:1", "msgstores", msgstore_pb2_grpc.ReplicaStub
-        )
-        replica = Replica(rng, loss)
-        rep = Replicator("a", store, committer, peers, 2, timeout=5.0, rpc_timeout=0.5)
-        mp.setattr(peers, "stub", lambda node: object())  # an address is known
-        rep._batchers["b"] = replica  # type: ignore[assignment]
-        try:
-            rep.pause(C1)
-            state = await committer.submit(OpenQueue(C1, 1, True, replicas=("a", "b")))
-            assert isinstance(state, QueueState) and not state.error
-            await rep.opened(C1)
+        async with primaries(timeout=5.0) as p:
+            store, committer, peers, rep = p.store, p.committer, p.peers, p.rep
+            replica = Replica(rng, loss)
+            mp.setattr(peers, "stub", lambda node: object())  # an address is known
+            rep._batchers["b"] = replica  # type: ignore[assignment]
+            await p.open(C1, 1, ("a", "b"))
             acked: set[int] = set()
             pending: list[asyncio.Future[None]] = []
             biggest = 0
@@ -135,10 +122,6 @@ def test_a_replica_gets_exactly_what_the_primary_stored(
             mine, theirs = _messages(store), _messages(replica.store)
             assert all(theirs.get(seq) == data for seq, data in mine.items())
             assert not set(mine) & acked
-        finally:
-            await rep.close()
-            await committer.close()
-            await peers.close()
         assert rep.held_bytes == 0  # released with the primary
         if held_max > 1024 * 1024:
             assert reads == []  # everything sent came from memory

@@ -15,21 +15,10 @@ from __future__ import annotations
 
 import asyncio
 
-from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
-from services.msgstore.cluster.replicator import Replicator
 from services.msgstore.committer import Committer
-from services.msgstore.engines.memory import MemoryEngine
-from services.msgstore.model import (
-    Append,
-    AppendStatus,
-    BatchResult,
-    OpenQueue,
-    QueueState,
-    WriteBatch,
-)
-from services.msgstore.queue import DBS, QueueStore
-from services.pb import msgstore_pb2_grpc
+from services.msgstore.model import Append, AppendStatus, BatchResult, WriteBatch
+from tests.support.replicator import primaries
 
 C1: SessionKey = ("", "c1")
 
@@ -43,18 +32,9 @@ async def _append(committer: Committer, epoch: int = 0) -> tuple[AppendStatus, i
 
 def test_a_superseded_primary_fails_what_reaches_its_copy_and_fences_it() -> None:
     async def run() -> None:
-        store = QueueStore(MemoryEngine(DBS))
-        committer = Committer(store, fsync="never")
-        committer.start()
-        peers: PeerBook[msgstore_pb2_grpc.ReplicaStub] = PeerBook(
-            "a", "cookie", "127.0.0.1:1", "msgstores", msgstore_pb2_grpc.ReplicaStub
-        )
-        rep = Replicator("a", store, committer, peers, 2, timeout=0.5, rpc_timeout=0.5)
-        try:
-            rep.pause(C1)
-            state = await committer.submit(OpenQueue(C1, 5, True, replicas=("a", "b", "c")))
-            assert isinstance(state, QueueState) and not state.error
-            await rep.opened(C1)
+        async with primaries() as p:
+            committer, rep = p.committer, p.rep
+            await p.open(C1, 5, ("a", "b", "c"))
             assert C1 in rep.queues
             # an append in flight: waits for W copies, which never come
             status, seq = await _append(committer)
@@ -80,14 +60,7 @@ def test_a_superseded_primary_fails_what_reaches_its_copy_and_fences_it() -> Non
             await rep.opened(C1)
             assert C1 not in rep.queues and rep.stepped_down == {C1: 6}
             # an Open here makes this node the primary again
-            rep.pause(C1)
-            state = await committer.submit(OpenQueue(C1, 7, True, replicas=("a", "b")))
-            assert isinstance(state, QueueState) and not state.error, state
-            await rep.opened(C1)
+            await p.open(C1, 7, ("a", "b"))
             assert C1 in rep.queues and C1 not in rep.stepped_down
-        finally:
-            await rep.close()
-            await committer.close()
-            await peers.close()
 
     asyncio.run(run())

@@ -20,11 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.common.peer.book import PeerBook
 from services.common.session_key import SessionKey
-from services.msgstore.cluster.replicator import Replicator
-from services.msgstore.committer import Committer
-from services.msgstore.engines.memory import MemoryEngine
 from services.msgstore.model import (
     Append,
     AppendStatus,
@@ -35,11 +31,10 @@ from services.msgstore.model import (
     QueueState,
     WriteBatch,
 )
-from services.msgstore.queue import DBS, QueueStore
 from services.msgstore.replication.failover import acked_upto
 from services.msgstore.replication.log import ReplicaLog
 from services.msgstore.servicer import MsgStoreServicer
-from services.pb import msgstore_pb2_grpc
+from tests.support.replicator import primaries
 
 LED: SessionKey = ("", "led-elsewhere")
 PLAIN: SessionKey = ("", "plain")
@@ -47,19 +42,10 @@ PLAIN: SessionKey = ("", "plain")
 
 def test_appends_and_marks_of_an_unled_replicated_queue_fail() -> None:
     async def run() -> None:
-        store = QueueStore(MemoryEngine(DBS))
-        committer = Committer(store, fsync="never")
-        committer.start()
-        peers: PeerBook[msgstore_pb2_grpc.ReplicaStub] = PeerBook(
-            "a", "cookie", "127.0.0.1:1", "msgstores", msgstore_pb2_grpc.ReplicaStub
-        )
-        rep = Replicator("a", store, committer, peers, 2, timeout=0.5, rpc_timeout=0.5)
-        try:
+        async with primaries() as p:
+            committer, rep = p.committer, p.rep
             # replicated, but its record names another node first: not led from here
-            rep.pause(LED)
-            state = await committer.submit(OpenQueue(LED, 5, True, replicas=("b", "a", "c")))
-            assert isinstance(state, QueueState) and not state.error
-            await rep.opened(LED)
+            await p.open(LED, 5, ("b", "a", "c"))
             assert LED not in rep.queues and LED not in rep.stepped_down
             state = await committer.submit(OpenQueue(PLAIN, 5, True))
             assert isinstance(state, QueueState) and not state.error
@@ -85,31 +71,22 @@ def test_appends_and_marks_of_an_unled_replicated_queue_fail() -> None:
             await MsgStoreServicer._replicated(rep, alone, result)
             assert [r.status for r in result.results] == [AppendStatus.OK]
             assert not result.error and not result.marks_error
-        finally:
-            await rep.close()
-            await committer.close()
-            await peers.close()
 
     asyncio.run(run())
 
 
 def test_marks_refused_for_an_older_epoch_are_a_marks_error() -> None:
     async def run() -> None:
-        store = QueueStore(MemoryEngine(DBS))
-        committer = Committer(store, fsync="never")
-        committer.start()
-        try:
-            state = await committer.submit(OpenQueue(PLAIN, 5, True))
+        async with primaries() as p:
+            state = await p.committer.submit(OpenQueue(PLAIN, 5, True))
             assert isinstance(state, QueueState) and not state.error
             ok = (Mark(PLAIN, 5, MarkKind.INBOUND_QOS2, 7, True),)
-            result = await committer.submit(WriteBatch(1, marks=ok))
+            result = await p.committer.submit(WriteBatch(1, marks=ok))
             assert isinstance(result, BatchResult) and not result.marks_error
             stale = (Mark(PLAIN, 4, MarkKind.INBOUND_QOS2, 8, True),)
-            result = await committer.submit(WriteBatch(2, marks=stale))
+            result = await p.committer.submit(WriteBatch(2, marks=stale))
             assert isinstance(result, BatchResult) and result.marks_error
             assert result.stale_acks == 1
-        finally:
-            await committer.close()
 
     asyncio.run(run())
 
