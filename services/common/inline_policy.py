@@ -12,26 +12,37 @@ milliseconds now and then (1 % of them in a sequential CONNECT loop), and backin
 each kept the registry's commits in the thread nine tenths of the time, at 400 µs a
 commit against 250.
 
-Used by the registry's and the msgstore's group commits.
+Used by the registry's and the msgstore's group commits. The msgstore writes groups of
+any size on the loop (``STORE_INLINE_OPS``) and moves them to the thread only after a
+stall (its writes of a few milliseconds, hundreds of entries and an fsync, are not a slow
+disk): each of its groups is awaited by the streams that sent it, the thread's two
+wake-ups cost more than the loop would have done meanwhile on a busy 2-core machine, and
+with replication they came twice a message (the primary's commit, then the replica's).
+Measured: ``docs/benchmarks.md``, "Replicated queues, group commits on the loop".
 """
 
 from __future__ import annotations
+
+import math
 
 INLINE_OPS = 4  # a write this small is made on the event loop...
 INLINE_UNDER = 0.002  # s ...while writes take less than this on average...
 INLINE_STALL = 0.02  # s ...and none took this long...
 INLINE_BACKOFF = 5.0  # s ...else the worker thread makes them all for this long
 INLINE_WEIGHT = 0.1  # of the latest write in the moving average
+STORE_INLINE_OPS = 1 << 30  # the msgstore's: any group...
+STORE_INLINE_UNDER = math.inf  # ...whatever the mean: only a stall sends them away
 
 
 class InlinePolicy:
     """Pure bookkeeping: ask :meth:`inline` with a write's size and the time, and report
     each write's duration to :meth:`took`."""
 
-    __slots__ = ("_mean", "_thread_until", "max_ops")
+    __slots__ = ("_mean", "_thread_until", "max_ops", "under")
 
-    def __init__(self, max_ops: int = INLINE_OPS) -> None:
+    def __init__(self, max_ops: int = INLINE_OPS, under: float = INLINE_UNDER) -> None:
         self.max_ops = max_ops  # 0: always the thread
+        self.under = under  # s, the writes' mean time above which they go to the thread
         self._thread_until = float("-inf")
         self._mean = 0.0  # s, moving average of the writes' times
 
@@ -40,5 +51,5 @@ class InlinePolicy:
 
     def took(self, seconds: float, now: float) -> None:
         self._mean += (seconds - self._mean) * INLINE_WEIGHT
-        if seconds > INLINE_STALL or self._mean > INLINE_UNDER:
+        if seconds > INLINE_STALL or self._mean > self.under:
             self._thread_until = now + INLINE_BACKOFF

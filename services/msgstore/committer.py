@@ -4,28 +4,27 @@ Theory of operation. Every writer (each listener's Stream, Open, Delete) calls
 :meth:`Committer.submit` and awaits the returned future. One asyncio task gathers
 pending jobs: when the first one arrives it waits at most ``max_delay`` (measured from
 that job's arrival, so time spent waiting behind the previous commit counts) for more,
-or until ``max_batch`` operations are pending, then hands the group to a single worker
-thread. It waits only for a *busy* stream, one that sent a batch within ``busy_for``
-and has none in the group: a listener sends its next batch only once this one is
-answered, so a stream already in the group sends nothing more, and one idle for that
-long is not about to; waiting for either would be pure latency, with the store and the
-listener both idle meanwhile. A lone call (an Open, a Delete: a session's
-CONNECT waits for it) is never waited for by itself: "send now if idle, gather while
-busy". Whatever arrives while the thread writes forms the next group anyway.
-The thread applies the whole group in one transaction and commits; with
-``fsync = always`` it also syncs before returning, so no future resolves before its
+or until ``max_batch`` operations are pending, then writes the group. It waits only for
+a *busy* stream, one that sent a batch within ``busy_for`` and has none in the group: a
+listener sends its next batch only once this one is answered, so a stream already in
+the group sends nothing more, and one idle for that long is not about to; waiting for
+either would be pure latency, with the store and the listener both idle meanwhile. A
+lone call (an Open, a Delete: a session's CONNECT waits for it) is never waited for by
+itself: "send now if idle, gather while busy". Whatever arrives while a group is
+written forms the next group anyway. The whole group is applied in one transaction and
+committed; with ``fsync = always`` it is also synced, so no future resolves before its
 write is durable. Futures then resolve in submission order, which is the order the jobs
-were applied: a stream that awaits its futures in order sends its results in order.
-While the thread works, new jobs queue up and form the next group — the slower the
-disk, the larger the groups.
+were applied: a stream that awaits its futures in order sends its results in order. The
+slower the disk, the larger the groups.
 
 ``fsync = interval``: futures resolve after the commit; the task syncs when the oldest
 unsynced commit is ``interval`` old. ``never``: only :meth:`close` syncs. LMDB allows
-one writer and blocks in commit and fsync, hence one dedicated thread, and the loop only
-for a small group while writes are fast (``InlinePolicy``): a resumed session's Open, an
-idle replica's append. Handing one of those to the thread and back cost more CPU in
-wake-ups than the write, on a store with nothing else to do meanwhile; a group is
-written on the loop or in the thread, never both at once, so LMDB sees one writer.
+one writer and blocks in commit and fsync, hence one dedicated thread, used only after a
+write stalled the loop or while writes are slow (``InlinePolicy``, with the store's
+settings): otherwise every group is written on the loop. Handing a group to the thread
+and back cost more in wake-ups than the loop would have done meanwhile: its streams wait
+for that group, and what they send next is read when it is done. A group is written on
+the loop or in the thread, never both at once, so LMDB sees one writer.
 
 A job is never split: one with more than ``max_batch`` operations forms a group alone.
 """
@@ -42,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from services.common import log
-from services.common.inline_policy import INLINE_OPS, InlinePolicy
+from services.common.inline_policy import STORE_INLINE_OPS, STORE_INLINE_UNDER, InlinePolicy
 from services.msgstore.engines.base import StoreError
 from services.msgstore.metrics import StoreMetrics
 from services.msgstore.model import (
@@ -90,7 +89,7 @@ class Committer:
         metrics: StoreMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         busy_for: float = BUSY_FOR,
-        inline_ops: int = INLINE_OPS,
+        inline_ops: int = STORE_INLINE_OPS,
     ) -> None:
         if fsync not in POLICIES:
             raise ValueError(f"fsync policy must be one of {POLICIES}, got {fsync!r}")
@@ -109,7 +108,7 @@ class Committer:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msgstore-commit")
-        self._where = InlinePolicy(inline_ops)
+        self._where = InlinePolicy(inline_ops, STORE_INLINE_UNDER)
         self._unsynced_since: float | None = None  # clock time of the oldest unsynced commit
         self._last_log = self._last_error_log = -LOG_PERIOD
         self.groups = 0  # committed groups, for tests and status

@@ -9,7 +9,14 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from services.common.inline_policy import INLINE_OPS, INLINE_STALL
+from services.common.inline_policy import (
+    INLINE_OPS,
+    INLINE_STALL,
+    INLINE_UNDER,
+    STORE_INLINE_OPS,
+    STORE_INLINE_UNDER,
+    InlinePolicy,
+)
 from services.common.metrics import MetricsRegistry
 from services.common.session_key import SessionKey
 from services.msgstore.committer import Committer
@@ -364,9 +371,19 @@ class _ThreadRecordingEngine(MemoryEngine):
         return txn
 
 
-def test_a_small_group_is_written_on_the_loop_and_a_large_one_in_the_thread() -> None:
-    """An idle store's lone Open or small batch costs no thread hop; a group over
-    ``INLINE_OPS`` operations goes to the worker thread, so the loop goes on."""
+def test_every_group_is_written_on_the_loop_and_over_inline_ops_in_the_thread() -> None:
+    """A group of any size costs no thread hop (``STORE_INLINE_OPS``); given a smaller
+    ``inline_ops``, a group over it goes to the worker thread, so the loop goes on."""
+    main = threading.main_thread().name
+    engine = _ThreadRecordingEngine()
+
+    async def large(c: Committer, e: MemoryEngine) -> None:
+        engine.threads.clear()
+        assert seqs(await c.submit(batch(1, 1000)))[-1] == 1000
+
+    run(large, engine, max_delay=0)
+    assert engine.threads[:1] == [main]
+
     engine = _ThreadRecordingEngine()
 
     async def body(c: Committer, e: MemoryEngine) -> None:
@@ -375,11 +392,26 @@ def test_a_small_group_is_written_on_the_loop_and_a_large_one_in_the_thread() ->
         assert seqs(await c.submit(batch(2, INLINE_OPS + 1)))[0] == INLINE_OPS + 1
         assert (await c.submit(OpenQueue(C1, 2))).epoch == 2
 
-    run(body, engine, max_delay=0)
-    main = threading.main_thread().name
+    run(body, engine, max_delay=0, inline_ops=INLINE_OPS)
     loop_thread, worker, loop_again = engine.threads[:3]
     assert loop_thread == main and loop_again == main
     assert worker.startswith("msgstore-commit")
+
+
+def test_the_store_keeps_writes_of_a_few_ms_on_the_loop_and_slower_ones_go() -> None:
+    """The store's policy: groups that take a few milliseconds (hundreds of entries and
+    an fsync) stay on the loop, where the registry's would have left it; a write that
+    stalls the loop sends them to the thread."""
+    store = InlinePolicy(STORE_INLINE_OPS, STORE_INLINE_UNDER)
+    registry = InlinePolicy()
+    now = 0.0
+    for _ in range(100):
+        for where in (store, registry):
+            where.took(INLINE_UNDER * 3, now)  # 6 ms: each below a stall
+        now += 0.01
+    assert store.inline(4096, now) and not registry.inline(1, now)
+    store.took(INLINE_STALL * 1.5, now)  # one stalled the loop: the thread, for a while
+    assert not store.inline(1, now)
 
 
 def test_a_stalled_write_sends_the_small_ones_to_the_thread_for_a_while() -> None:
