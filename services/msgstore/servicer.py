@@ -182,7 +182,8 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         failed_states = await replicator.wait(states)
         if (failed_states or marked & unled) and not result.marks_error:
             result.marks_error = "QoS 2 state not on msgstore.write_quorum copies in time"
-        failed |= {op.session for op in appends if op.session in unled}
+        if unled:  # rare: no second pass over the batch's appends otherwise
+            failed |= {op.session for op in appends if op.session in unled}
         if not failed:
             return
         refused = AppendResult(AppendStatus.STORE_ERROR)
