@@ -161,6 +161,16 @@ def test_what_no_writer_of_ours_writes_is_read_as_protobuf_reads_it() -> None:
     assert ours.heard == [9, 10]
 
 
+@pytest.mark.parametrize("us", [8652272787646516959, -8652272787646516959, 2**53 + 1])
+def test_times_past_double_precision_round_as_the_converter_rounds_them(us: int) -> None:
+    """A microsecond count wider than a double's mantissa: dividing it as a float first
+    rounds twice and lands one unit away from what ``convert.message_from_pb`` gives."""
+    batch = forward_pb2.ForwardBatch(sender="s")
+    batch.items.add(seq=1, message=common_pb2.MqttMessage(published_us=us, expires_us=-us))
+    data = batch.SerializeToString()
+    assert _ours(data) == _generated(data) is not None
+
+
 @pytest.mark.parametrize(
     "data",
     [

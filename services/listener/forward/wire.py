@@ -20,7 +20,7 @@ from typing import Final
 from services.listener.mqtt.types import NO_PROPERTIES, Properties
 from services.listener.session.messages import Message
 
-_US: Final = 1_000_000.0
+_US: Final = 1_000_000  # an int: int / int rounds once, as convert.message_from_pb does
 _VARINT: Final = 0
 _FIXED64: Final = 1
 _LEN: Final = 2
