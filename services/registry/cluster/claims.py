@@ -609,7 +609,14 @@ class Claims:
     ) -> None:
         """Copy, record the move, then let the old node delete its copy (and hand over
         what reached it meanwhile). ``route``: the listener process the session registers
-        on, where both nodes' listeners send its copies."""
+        on, where both nodes' listeners send its copies. A newer claim's TAKE waits until
+        the session is in the table (``Giver.moving``)."""
+        with self.giver.moving(key, value.epoch):
+            await self._move_queue_here(key, source, value, taken, route)
+
+    async def _move_queue_here(
+        self, key: SessionKey, source: str, value: Entry, taken: Taken, route: str
+    ) -> None:
         r = self.registrar
         node = r.settings.node
         try:

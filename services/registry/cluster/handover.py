@@ -24,6 +24,9 @@ and asks ``A`` again, which still has the queue (its TAKE is repeatable until RE
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -79,13 +82,39 @@ class Giver:
         # a TAKE below it comes from a claim that lost to this node's, and must not
         # carry off the session this node's registration is about to resume.
         self._claimed = EpochMarks(CLAIMED_MAX)
+        # Sessions this node's own claims are moving here (``Claims._move_queue``): id ->
+        # (the claim's epoch, set once the move has ended).
+        self._moving: dict[SessionKey, tuple[int, asyncio.Event]] = {}
 
     def claimed(self, key: SessionKey, epoch: int) -> None:
         self._claimed.raise_to(key, epoch)
 
+    @contextlib.contextmanager
+    def moving(self, key: SessionKey, epoch: int) -> Iterator[None]:
+        """A claim of this node at ``epoch`` is moving ``key``'s session here: its queue
+        is copied, and the move recorded in the register, before the table holds the
+        session. A newer claim's TAKE that arrived in between found nothing here and
+        started the session afresh, while the messages sat in this node's copy (the S4
+        race test's refusals: a later CONNECT then read this copy at an older epoch and
+        was refused). Such a TAKE now waits for the move to end (``handle``)."""
+        done = asyncio.Event()
+        self._moving[key] = (epoch, done)
+        try:
+            yield
+        finally:
+            if self._moving.get(key, (0, done))[1] is done:
+                del self._moving[key]
+            done.set()
+
     async def handle(self, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
         key = codec.key_of(req.key)
         r = self.registrar
+        moving = self._moving.get(key)
+        take = req.phase != quorum_pb2.HANDOVER_RELEASE
+        if take and moving is not None and moving[0] < req.epoch:
+            # Waited for outside the id's lock, which the move does not take: a move
+            # waits on nothing but the store, the register and the old owner's RELEASE.
+            await moving[1].wait()
         async with r.locks.hold(key):
             try:
                 if req.phase == quorum_pb2.HANDOVER_RELEASE:
