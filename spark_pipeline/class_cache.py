@@ -122,9 +122,7 @@ def _train(out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="ternmq-etl-cds-") as tmp:
         logs = Path(tmp) / "logs"
         generate(SynthConfig(events=2_000), logs)
-        spark = build_spark(
-            conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={out} {_QUIET}"}
-        )
+        spark = build_spark(java_options=f"-XX:ArchiveClassesAtExit={out} {_QUIET}")
         try:
             run_etl(logs, Path(tmp) / "out", spark=spark, full=True)
         finally:
