@@ -41,7 +41,7 @@ from spark_pipeline.transforms.common import day
 STAGING: Final = "_staging"
 SAMPLES: Final = 5
 # The staged lines are written uncompressed (dictionaries still apply): they are read back
-# at once, and compressing them cost the 5M-event run 2-3 s of its 60 (62.2 and 63.0 s
+# at once, and compressing them cost the 5M-event run 2-3 s (62.2 and 63.0 s
 # against 64.3 and 66.7 s with snappy, Spark's default, which the tables keep).
 STAGED_CODEC: Final = "uncompressed"
 # Where Spark writes the rows whose partition value (``date``) is null: the corrupt lines.
