@@ -102,8 +102,7 @@ class Giver:
         try:
             yield
         finally:
-            if self._moving.get(key, (0, done))[1] is done:
-                del self._moving[key]
+            del self._moving[key]  # one move of an id at a time: it runs under its claim lock
             done.set()
 
     async def handle(self, req: quorum_pb2.HandoverRequest) -> quorum_pb2.HandoverReply:
