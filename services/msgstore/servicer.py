@@ -309,8 +309,16 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
         except StoreError as exc:
             log.emit("store.error", "warning", op="read", reason=str(exc))
             return msgstore_pb2.ReadReply(state=state_to_pb(QueueState(sid, error=str(exc))))
-        reply = msgstore_pb2.ReadReply(state=state_to_pb(found.state), more=found.more)
-        for seq, data in found.entries:
+        entries, more = found.entries, found.more
+        rep = self.cluster.replicator if self.cluster is not None else None
+        if rep is not None and entries and sid in rep.queues:
+            # a replicated queue led here: only what is on W copies goes to the client
+            cap = await rep.readable_upto(sid, entries[-1][0])
+            if cap is not None and entries[-1][0] > cap:
+                entries = [e for e in entries if e[0] <= cap]
+                more = False  # the rest failed to commit in time: its publishers were refused
+        reply = msgstore_pb2.ReadReply(state=state_to_pb(found.state), more=more)
+        for seq, data in entries:
             entry = reply.entries.add(seq=seq)
             entry.delivery.MergeFromString(data)
         return reply

@@ -284,6 +284,41 @@ def test_a_primary_rebuilt_at_its_epoch_commits_new_writes() -> None:
     assert q.committed == 5 and logs["b"].entries == logs["c"].entries == logs["a"].entries
 
 
+def test_first_from_finds_where_an_epoch_begins() -> None:
+    log = ReplicaLog.of([(1, 1), (1, 2), (3, 3), (3, 4), (5, 5)])
+    assert [log.first_from(e) for e in range(7)] == [1, 1, 3, 3, 5, 5, 6]
+    log.compact(3)
+    assert [log.first_from(e) for e in (1, 3, 4, 6)] == [4, 4, 5, 6]
+    assert ReplicaLog().first_from(1) == 1
+
+
+def test_a_read_serves_this_tenures_entries_once_committed() -> None:
+    """An append sits in the primary's copy before W copies hold it: a resume's read
+    must not hand it out yet (a failover could lose it after the subscriber had it)."""
+    logs = {n: ReplicaLog() for n in "abc"}
+    p = Primary("a", 1, logs["a"], "abc", w=2)
+    p.write_many(2)
+    assert p.serves() == 0, "on one copy of three"
+    p.on_reply("b", logs["b"].append(p.to_send("b")))  # type: ignore[arg-type]
+    assert p.committed == 2 and p.serves() == 2
+    p.write()
+    assert p.serves() == 2
+
+
+def test_a_read_serves_what_the_primary_took_over_at_once() -> None:
+    """Entries of earlier tenures (a failover's choice, or written before an Open raised
+    the epoch) are served as held: the primary cannot count their copies until an entry
+    of its own commits, and a resume must not wait for that while too few copies are up."""
+    taken = ReplicaLog.of([(1, 1), (1, 2)])
+    q = Primary("b", 3, taken, "abc", w=2)
+    assert q.committed == 0 and q.serves() == 2
+    q.barrier()
+    q.write()
+    assert q.serves() == 2, "the barrier and the new entry wait for their commit"
+    stays = Primary("b", 4, taken, "abc", w=2, floor=q.floor)
+    assert stays.serves() == 2, "an Open keeps the tenure: its own uncommitted wait still"
+
+
 # -- the run-length log against a list of positions -------------------------------------
 
 
@@ -434,6 +469,7 @@ class Cluster:
     epoch: int = 0
     owner: Primary | None = None  # the primary the register names (a failover, a reopen)
     chosen: dict[int, Position] = field(default_factory=dict)  # committed seq -> position
+    served: dict[int, Position] = field(default_factory=dict)  # what a read handed out
     dropped: dict[int, set[Position]] = field(default_factory=dict)  # seq -> acked, emptied
 
     def __post_init__(self) -> None:
@@ -449,6 +485,20 @@ class Cluster:
                     assert self.chosen.setdefault(seq, pos) == pos, (
                         f"seq {seq} committed as {self.chosen[seq]} and as {pos}"
                     )
+        self.record_reads()
+
+    def record_reads(self) -> None:
+        """What a resume's read on the owner could hand out now, of its own tenure (what
+        it took over is served as held, and may be what a later failover drops)."""
+        p = self.owner
+        if p is None or p.node not in self.alive or p.replaced or id(p) in self.retired:
+            return
+        for seq in range(max(p.log.first_from(p.floor), p.log.base[1] + 1), p.serves() + 1):
+            pos = p.log.at(seq)
+            assert pos is not None
+            assert self.served.setdefault(seq, pos) == pos, (
+                f"seq {seq} served as {self.served[seq]} and as {pos}"
+            )
 
     def holds_or_dropped(self, log: ReplicaLog, seq: int, pos: Position) -> bool:
         """``log`` holds the committed ``pos``, or a primary dropped it as garbage."""
@@ -609,6 +659,8 @@ def test_no_committed_entry_is_ever_lost_or_changed(
     assert p.committed == p.log.last()[1], "a whole cluster commits everything"
     for seq, pos in c.chosen.items():
         assert all(c.holds_or_dropped(c.logs[n], seq, pos) for n in c.nodes), (seq, pos)
+    for seq, pos in c.served.items():
+        assert all(c.holds_or_dropped(c.logs[n], seq, pos) for n in c.nodes), ("served", seq, pos)
     for n in c.nodes:
         log, lo = c.logs[n], max(c.logs[n].base[1], p.log.base[1])
         ReplicaLog(log.epoch, log.base, list(log.runs), log.last_seq)  # a valid log

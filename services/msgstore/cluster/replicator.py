@@ -26,6 +26,7 @@ in the rebuilt log, and their publishers keep waiting on it.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -393,6 +394,10 @@ class Replicator:
         w = self.w
         floor = old.primary.floor if continuing and old is not None else None
         primary = Primary(self.node, copy.log.epoch, copy.log, copy.replicas, w, floor)
+        if floor is not None and old is not None:
+            # Still this node's tenure: what it committed stays committed (its reads
+            # need not wait for a round, nor for W copies to be up again).
+            primary.committed = min(old.primary.committed, copy.log.last()[1])
         qp = QueuePrimary(sid, primary, copy.max_len)
         qp.waiters = waiters
         qp.joining = set(joining) & set(qp.replicas)
@@ -477,6 +482,26 @@ class Replicator:
         for ev in qp.wake.values():
             ev.set()
         return fut
+
+    async def readable_upto(self, sid: SessionKey, seq: int) -> int | None:
+        """How far a read of ``sid`` may go, once what it found up to ``seq`` is
+        committed (waiting at most ``msgstore.failover_timeout``): ``Primary.serves``;
+        None if this node does not lead ``sid`` (nothing to hold back).
+
+        Why: a resume reads the queue from this store, where an append sits before its
+        batch is committed (its result, and a live delivery, wait for W copies). A read
+        that handed such an entry to the subscriber would deliver a message that a
+        failover may then lose, and that a QoS 2 publisher, never answered, sends again:
+        delivered twice."""
+        qp = self.queues.get(sid)
+        if qp is None:
+            return None
+        if qp.primary.serves() < seq:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            bisect.insort(qp.waiters, (seq, fut), key=lambda w: w[0])  # ``settle`` needs order
+            qp.settle()
+            await self.wait({sid: fut})
+        return qp.primary.serves()
 
     async def wait(self, pending: Mapping[SessionKey, asyncio.Future[None]]) -> set[SessionKey]:
         """Wait for the futures of ``appended``; the queues that did not commit in time."""

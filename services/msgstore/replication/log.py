@@ -128,6 +128,12 @@ class ReplicaLog:
             return None
         return (self.runs[self._run(seq)][0], seq)
 
+    def first_from(self, epoch: int) -> int:
+        """The first ``seq`` held whose epoch is ``epoch`` or newer; ``last_seq + 1`` if
+        none is (epochs only grow along the log, so every later entry is too)."""
+        i = bisect.bisect_left(self.runs, (epoch, 0))
+        return self.runs[i][1] if i < len(self.runs) else self.last_seq + 1
+
     def span(self, first: int, upto: int) -> tuple[Position, ...]:
         """The positions held from ``first`` to ``upto`` (above the base)."""
         seq, upto = max(first, self.base[1] + 1), min(upto, self.last_seq)

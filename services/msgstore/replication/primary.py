@@ -73,6 +73,17 @@ class Primary:
         self.match = {r: 0 for r in self.replicas}
         self.committed = 0
 
+    def serves(self) -> int:
+        """The highest ``seq`` a read may hand to a subscriber now.
+
+        What this tenure wrote (epochs from ``floor`` on) is served once committed: an
+        entry on fewer than ``w`` copies may be lost to a failover after the subscriber
+        had it. What earlier tenures wrote is served as it is held: this primary took it
+        over (a failover's choice, which keeps every committed entry) or wrote it before a
+        restart, and cannot count its copies until an entry of its own commits; holding
+        it back until then would starve a resume while fewer than ``w`` copies are up."""
+        return max(self.committed, self.log.first_from(self.floor) - 1)
+
     @property
     def replaced(self) -> bool:
         """A failover at a newer epoch fenced this primary's own copy: it must stop."""
