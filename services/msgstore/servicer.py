@@ -311,8 +311,8 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             return msgstore_pb2.ReadReply(state=state_to_pb(QueueState(sid, error=str(exc))))
         entries, more = found.entries, found.more
         rep = self.cluster.replicator if self.cluster is not None else None
-        if rep is not None and entries and sid in rep.queues:
-            # a replicated queue led here: only what is on W copies goes to the client
+        if rep is not None and entries:
+            # of a replicated queue led here, only what is on W copies goes to the client
             cap = await rep.readable_upto(sid, entries[-1][0])
             if cap is not None and entries[-1][0] > cap:
                 entries = [e for e in entries if e[0] <= cap]

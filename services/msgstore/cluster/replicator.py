@@ -501,6 +501,7 @@ class Replicator:
             bisect.insort(qp.waiters, (seq, fut), key=lambda w: w[0])  # ``settle`` needs order
             qp.settle()
             await self.wait({sid: fut})
+            qp = self.queues.get(sid, qp)  # a rebuild meanwhile moved the waiter over
         return qp.primary.serves()
 
     async def wait(self, pending: Mapping[SessionKey, asyncio.Future[None]]) -> set[SessionKey]:
