@@ -315,8 +315,10 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
             # of a replicated queue led here, only what is on W copies goes to the client
             cap = await rep.readable_upto(sid, entries[-1][0])
             if cap is not None and entries[-1][0] > cap:
+                # Not committed within msgstore.failover_timeout: the reader asks again
+                # (its replay waits, live messages behind it), as it would for a page.
                 entries = [e for e in entries if e[0] <= cap]
-                more = False  # the rest failed to commit in time: its publishers were refused
+                more = True
         reply = msgstore_pb2.ReadReply(state=state_to_pb(found.state), more=more)
         for seq, data in entries:
             entry = reply.entries.add(seq=seq)

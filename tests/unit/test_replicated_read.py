@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 from services.common.session_key import SessionKey
 from services.msgstore.committer import Committer
 from services.msgstore.model import Append, AppendStatus, BatchResult, WriteBatch
+from services.msgstore.servicer import MsgStoreServicer
+from services.pb import common_pb2, msgstore_pb2
 from tests.support.replicator import primaries
 
 C1: SessionKey = ("", "c1")
@@ -60,5 +63,27 @@ def test_a_committed_read_is_served_at_once_and_stays_so_across_an_open() -> Non
             await p.open(C1, 6, ("a", "b"))
             upto = await asyncio.wait_for(p.rep.readable_upto(C1, seqs[-1]), 0.2)
             assert upto == seqs[-1]
+
+    asyncio.run(run())
+
+
+def test_a_read_cut_short_answers_more_so_the_resume_reads_on() -> None:
+    """Served entries come out; the uncommitted rest makes ``more`` true, so the resume
+    reads again (and waits) rather than replaying without them while newer live
+    messages overtake them."""
+
+    async def run() -> None:
+        async with primaries(w=2, timeout=0.2) as p:
+            await p.open(C1, 5, ("a", "b", "c"))
+            servicer = MsgStoreServicer(p.store, p.committer)
+            servicer.cluster = SimpleNamespace(replicator=p.rep)  # type: ignore[assignment]
+            request = msgstore_pb2.ReadRequest(
+                key=common_pb2.SessionKey(mountpoint=C1[0], client_id=C1[1]), epoch=5
+            )
+            seqs = await _append(p.committer, 2)
+            p.rep.appended(C1, seqs)
+            reply = await servicer.Read(request, None)
+            assert [e.seq for e in reply.entries] == [] and reply.more
+            assert reply.state.last_seq == seqs[-1]
 
     asyncio.run(run())
