@@ -164,6 +164,14 @@ class QueuePrimary:
                 keep.append((version, fut))
         self.state_waiters = keep
 
+    def waiter(self, seq: int) -> asyncio.Future[None]:
+        """A future resolved once the entries up to ``seq`` are committed. Kept in ``seq``
+        order, which ``settle`` relies on (a read's may come after a larger append's)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        bisect.insort(self.waiters, (seq, fut), key=lambda w: w[0])
+        self.settle()
+        return fut
+
     def settle(self) -> None:
         """Resolve the waiters whose entries are committed."""
         committed = self.primary.committed
@@ -455,9 +463,7 @@ class Replicator:
                     continue  # the rebuild reads it from the store
                 if log_.last_seq != seq - 1 or qp.primary.write() is None:
                     self._out_of_step(qp)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        qp.waiters.append((seqs[-1], fut))
-        qp.settle()
+        fut = qp.waiter(seqs[-1])
         for ev in qp.wake.values():
             ev.set()
         return fut
@@ -497,10 +503,7 @@ class Replicator:
         if qp is None:
             return None
         if qp.primary.serves() < seq:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            bisect.insort(qp.waiters, (seq, fut), key=lambda w: w[0])  # ``settle`` needs order
-            qp.settle()
-            await self.wait({sid: fut})
+            await self.wait({sid: qp.waiter(seq)})
             qp = self.queues.get(sid, qp)  # a rebuild meanwhile moved the waiter over
         return qp.primary.serves()
 
