@@ -8,7 +8,9 @@ meets a socket's input.
 Input is bounded three ways: a read budget (at most :data:`_BUDGET` packets per event
 loop turn, the rest waits with reading paused), flow control (``flow``: a publisher is not
 read while a subscriber it feeds is congested), and the password check (a CONNECT with a
-password holds what follows until the check, run off the loop, answers). The transport's
+password holds what follows until the check, run off the loop, answers). A resumed
+session's input is held until its queue's state is restored, read on meanwhile up to
+:data:`_RESUME_HOLD` packets, with PINGREQs answered at once. The transport's
 write buffer high-water mark is ``max_pending_bytes``; above it ``pause_writing`` marks
 the session congested (it queues, bounded, instead of writing), so a client that never
 reads cannot make the broker's memory grow without bound.
@@ -33,7 +35,7 @@ from services.listener.gate import ConnectionGate
 from services.listener.metrics import ListenerMetrics
 from services.listener.mqtt.decoder import Decoder
 from services.listener.mqtt.errors import MQTTError
-from services.listener.mqtt.types import Connect, Packet
+from services.listener.mqtt.types import Connect, Packet, Pingreq
 from services.listener.ports import BrokerPort, ClientPort
 from services.listener.preauth import CertifiedAuth, ConnectionAuth
 from services.listener.proxy_protocol import ProxyHeaderError, ProxyReader
@@ -47,6 +49,7 @@ from services.listener.webhooks.gate import ConnectionHooks
 from services.listener.webhooks.notify import Notifier
 
 _BUDGET: Final = 200  # packets handled per connection per event-loop turn
+_RESUME_HOLD: Final = 256  # packets held while a resume waits; then reading pauses
 LINGER: Final = 2.0  # s: at most this long a closing connection's input is read and dropped
 
 
@@ -109,7 +112,7 @@ class Connection(ActionExecutor):
             self.authorizer = self._hooks
         if notifier is not None and notifier.webhooks.notify_hooks():
             self.notifier = notifier
-        self._held: list[Packet] | None = None  # packets waiting for the password check
+        self._held: list[Packet] | None = None  # waiting: password check, webhook, resume
         self._held_error: MQTTError | None = None
         self.decoder = Decoder(limits.max_packet_size)
         self._backlog: list[Packet] | None = None  # decoded, not yet handled (see _work)
@@ -173,7 +176,9 @@ class Connection(ActionExecutor):
         except MQTTError as exc:
             packets = list(exc.preceding)  # valid packets before the bad one come first
             error = exc
-        if self._held is not None:  # still checking the CONNECT's password
+        if self._held is not None:  # the password check, a webhook, or a resume
+            if self.resuming:
+                packets = self._while_resuming(packets)
             self._held.extend(packets)
             self._held_error = self._held_error or error
             return
@@ -184,6 +189,28 @@ class Connection(ActionExecutor):
         self._work(packets, error)
         if flow.holds_others(self):
             flow.drained(self, self.broker.flow)
+
+    def _while_resuming(self, packets: list[Packet]) -> list[Packet]:
+        """A resumed session's input waits for its queue's state (``registered``); a
+        PINGREQ need not. The replay can wait long, for a replicated queue's tail to
+        reach its write quorum, longer than a keepalive: so the client's pings are
+        answered, any packet keeps the connection alive, and reading pauses only once
+        :data:`_RESUME_HOLD` packets wait. Returns the packets to hold."""
+        session = self.session
+        assert session is not None and self._held is not None
+        now = time.time()
+        rest: list[Packet] = []
+        for pkt in packets:
+            if type(pkt) is Pingreq:  # PINGRESP is ordered with nothing [MQTT-4.6.0]
+                self.metrics.packets_in[Pingreq].inc()
+                self.execute(session.handle_packet(pkt, now))
+            else:
+                rest.append(pkt)
+        if rest:
+            session.last_seen = now
+            if len(self._held) + len(rest) >= _RESUME_HOLD and self.transport is not None:
+                self.transport.pause_reading()
+        return rest
 
     def _strip_proxy(self, reader: ProxyReader, data: bytes) -> bytes:
         """The PROXY header off the stream's start; what follows it is MQTT."""
@@ -325,10 +352,9 @@ class Connection(ActionExecutor):
     ) -> None:
         if ok and self.resuming and self._held is None and not self.closed:
             # Until the queue's QoS 2 state is restored (``resume``), a PUBLISH could not
-            # be told from the resend of one already received (exactly once): input waits.
+            # be told from the resend of one already received (exactly once): input waits,
+            # read on but held (``_while_resuming``).
             self._held = []
-            if self.transport is not None:
-                self.transport.pause_reading()
         super().registered(ok, epoch, session_present, persistent, reason_code)
 
     def resume(
