@@ -10,7 +10,8 @@ import json
 import sys
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NoReturn
 from urllib.parse import urlencode
 
 import click
@@ -47,29 +48,50 @@ class Node:
         self.base = address if address.startswith("http") else f"http://{address}"
 
     def get(self, path: str, **query: Any) -> Any:
-        params = urlencode(
-            [
-                (k, v)
-                for k, vs in query.items()
-                if vs is not None
-                for v in (vs if isinstance(vs, list | tuple) else [vs])
-            ]
-        )
-        url = f"{self.base}{path}" + (f"?{params}" if params else "")
         try:
-            with urllib.request.urlopen(url, timeout=10) as resp:
+            with urllib.request.urlopen(_url(self.base, path, query), timeout=10) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            body = exc.read().decode(errors="replace")
-            try:
-                message = json.loads(body).get("error", body)
-            except ValueError:
-                message = body
-            click.echo(f"ternmq-admin: {message}", err=True)
-            sys.exit(EXIT_ERROR)
+            self._failed(exc)
         except (urllib.error.URLError, OSError) as exc:
-            click.echo(f"ternmq-admin: node {self.base} unreachable: {exc}", err=True)
-            sys.exit(EXIT_UNREACHABLE)
+            self._unreachable(exc)
+
+    def stream(self, path: str, **query: Any) -> Iterator[str]:
+        """The lines of a streamed answer, as they come."""
+        try:
+            with urllib.request.urlopen(_url(self.base, path, query), timeout=None) as resp:
+                for raw in resp:
+                    yield raw.decode("utf-8", errors="replace").rstrip("\n")
+        except urllib.error.HTTPError as exc:
+            self._failed(exc)
+        except (urllib.error.URLError, OSError) as exc:
+            self._unreachable(exc)
+
+    @staticmethod
+    def _failed(exc: urllib.error.HTTPError) -> NoReturn:
+        body = exc.read().decode(errors="replace")
+        try:
+            message = json.loads(body).get("error", body)
+        except ValueError:
+            message = body
+        click.echo(f"ternmq-admin: {message}", err=True)
+        sys.exit(EXIT_ERROR)
+
+    def _unreachable(self, exc: Exception) -> NoReturn:
+        click.echo(f"ternmq-admin: node {self.base} unreachable: {exc}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+
+
+def _url(base: str, path: str, query: dict[str, Any]) -> str:
+    params = urlencode(
+        [
+            (k, v)
+            for k, vs in query.items()
+            if vs is not None
+            for v in (vs if isinstance(vs, list | tuple) else [vs])
+        ]
+    )
+    return f"{base}{path}" + (f"?{params}" if params else "")
 
 
 def _emit(ctx: click.Context, data: Any, columns: list[str] | None = None) -> None:
@@ -306,6 +328,66 @@ def show(ctx: click.Context, keys: tuple[str, ...]) -> None:
     """Show configuration values."""
     data = ctx.obj["node"].get("/api/v1/show", key=list(keys))
     _emit(ctx, [{"key": k, "value": v} for k, v in data.items()] if not ctx.obj["json"] else data)
+
+
+@cli.command("set")
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY=VALUE...")
+@click.option("--all", "everywhere", is_flag=True, help="On every node of the cluster.")
+@click.pass_context
+def set_values(ctx: click.Context, pairs: tuple[str, ...], everywhere: bool) -> None:
+    """Change settings while the node runs, until it stops (``ternmq.conf`` applies again
+    at the next start). Only some keys may change: the answer names any that may not."""
+    data = ctx.obj["node"].get("/api/v1/set", set=list(pairs), all="1" if everywhere else None)
+    if ctx.obj["json"]:
+        _emit(ctx, data)
+        return
+    rows = [{"node": data["node"], "key": k, "value": v} for k, v in data["values"].items()]
+    _emit(ctx, rows, ["node", "key", "value"])
+    for node, answer in sorted(data.get("nodes", {}).items()):
+        click.echo(f"{node}: {answer}")
+
+
+@cli.group()
+def trace() -> None:
+    """Live traces."""
+
+
+@trace.command("client")
+@click.argument("arg", metavar="client-id=ID")
+@click.option("--mountpoint", default="", help="The client's mountpoint.")
+@click.option("--rate-max", default=10, show_default=True, help="Lines per interval, at most.")
+@click.option("--rate-interval", default=100, show_default=True, help="The interval, in ms.")
+@click.option("--payload-limit", default=200, show_default=True, help="Payload bytes shown.")
+@click.option(
+    "--duration", default=0, show_default=True, help="Seconds to trace (0: until Ctrl-C)."
+)
+@click.pass_context
+def trace_client(
+    ctx: click.Context,
+    arg: str,
+    mountpoint: str,
+    rate_max: int,
+    rate_interval: int,
+    payload_limit: int,
+    duration: int,
+) -> None:
+    """What one client sends and receives on this node, live, as ``vmq-admin trace
+    client``: MQTT RECV is from the client, MQTT SEND to it. Lines over the rate limit
+    are dropped and counted; passwords are never shown."""
+    client_id = _named(arg, "client-id", "ID")
+    query = {
+        "client_id": client_id,
+        "mountpoint": mountpoint,
+        "rate_max": rate_max,
+        "rate_interval_ms": rate_interval,
+        "payload_limit": payload_limit,
+        "seconds": duration,
+    }
+    try:
+        for line in ctx.obj["node"].stream("/api/v1/trace/client", **query):
+            click.echo(line)
+    except KeyboardInterrupt:
+        pass
 
 
 @cli.group()

@@ -55,6 +55,10 @@ class Config(Mapping[str, Value]):
     def __getitem__(self, key: str) -> Value:
         return self._values[key]
 
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 

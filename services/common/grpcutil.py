@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +97,10 @@ class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
         metrics: MetricsRegistry,
         details: Callable[[], dict[str, Any]],
         ready: Callable[[], bool],
+        trace: Callable[[common_pb2.TraceRequest, Any], AsyncIterator[common_pb2.TraceLine]]
+        | None = None,
     ) -> None:
+        self.trace = trace  # a listener's ``trace client`` (the others have none)
         self.service = service
         self.node = node
         self.metrics = metrics
@@ -123,6 +126,15 @@ class AdminServicer(common_pb2_grpc.AdminServicer):  # type: ignore[misc]
         for s in self.metrics.samples():
             reply.samples.add(name=s.name, labels=s.labels, value=s.value, kind=s.kind, help=s.help)
         return reply
+
+    async def Trace(
+        self, request: common_pb2.TraceRequest, context: Any
+    ) -> AsyncIterator[common_pb2.TraceLine]:
+        if self.trace is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{self.service} does not trace")
+            return
+        async for line in self.trace(request, context):
+            yield line
 
 
 def samples_from_pb(reply: common_pb2.MetricsReply) -> list[SampleValue]:

@@ -280,6 +280,17 @@ def message_events_enabled() -> bool:
     return _state.message_events
 
 
+def set_level(level: str) -> None:
+    """``ternmq-admin set log.level=...`` while the process runs (emitters read it per
+    call)."""
+    _state.level = _LEVELS[level]
+
+
+def set_message_events(on: bool) -> None:
+    """``ternmq-admin set log.message_events=...`` while the process runs."""
+    _state.message_events = on
+
+
 def flush() -> None:
     if _state.writer is not None:
         _state.writer.flush()

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 import uvloop
 
-from services.common import log
+from services.common import live_settings, log
 from services.common.child_process import supervised_by
 from services.common.config import Config
 
@@ -67,7 +67,11 @@ def run(service: str, config: Config, serve: Serve, stem: str = "") -> int:
             # children in reverse order (listener first, msgstore last, so nothing the
             # listener still writes finds the store gone).
             loop.add_signal_handler(signal.SIGINT, stop.set)
-        await serve(config, stop)
+        settings = live_settings.watch(config)  # ternmq-admin set, while this runs
+        try:
+            await serve(config, stop)
+        finally:
+            settings.stop()
 
     try:
         uvloop.run(main())

@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-Four prefixes (``subs``, ``retain``, ``sessions``, and ``listeners``: where each node's
-listener takes forwarded messages) map opaque byte keys to opaque byte values. Each
+The prefixes (``subs``, ``retain``, ``sessions``; ``listeners``, ``registries`` and
+``msgstores``: where each node's services take other nodes' calls; ``admins``: where its
+admin API listens) map opaque byte keys to opaque byte values. Each
 key's state is a :class:`Record`: a DVV set (``crdt.dvv``) of :class:`Stamped`
 envelopes. A local write is ``dvv.update`` with this node's whole
 context for the key, so it overwrites everything this node has seen; a delete is the
@@ -46,7 +47,15 @@ from services.gossip.crdt import dvv, lww
 from services.gossip.crdt.dvv import DVVSet
 from services.gossip.crdt.lww import Resolver, Stamped
 
-PREFIXES: tuple[str, ...] = ("subs", "retain", "sessions", "listeners", "registries", "msgstores")
+PREFIXES: tuple[str, ...] = (
+    "subs",
+    "retain",
+    "sessions",
+    "listeners",
+    "registries",
+    "msgstores",
+    "admins",
+)
 RESOLVERS: Mapping[str, Resolver] = {prefix: lww.winner for prefix in PREFIXES}
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
 from mypy_extensions import mypyc_attr
@@ -182,6 +182,16 @@ class Broker:
             rpc_failed_as("listener", task.get_name(), type(exc).__name__, str(exc), "error")
 
     # -- sessions (lifecycle) ----------------------------------------------------------
+    def apply_settings(self, config: Mapping[str, Any]) -> None:
+        """The run-time keys this broker reads after start-up, as ``ternmq-admin set``
+        left them (``services.common.live_settings``); the session limits are the
+        listeners' (``server``)."""
+        online = int(config["max_online_messages"])
+        self.flow = flow_limits(online)
+        self.stream_high = max(online // 2, self.flow.high) if online > 0 else 1 << 30
+        self.lifecycle.max_offline = max(int(config["max_offline_messages"]), 0)
+        self.router.picker.set_policy(SharedPolicy(str(config["shared_subscription_policy"])))
+
     def register(self, client: ClientPort, req: Register) -> None:
         self.lifecycle.register(client, req)
 

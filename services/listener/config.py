@@ -281,12 +281,14 @@ SETTINGS: list[Setting] = [
         "Longest client id accepted (bytes); longer ones get 0x85 / return code 2.",
         minimum=1,
         maximum=65535,
+        runtime=True,
     ),
     Setting(
         "allow_empty_client_id",
         "bool",
         "on",
         "Assign an id to clients that send an empty one (3.1.1 needs clean session).",
+        runtime=True,
     ),
     Setting(
         "max_message_size",
@@ -387,6 +389,7 @@ SETTINGS: list[Setting] = [
         "Largest keepalive accepted; MQTT 5 clients above it get Server Keep Alive.",
         minimum=0,
         maximum=65535,
+        runtime=True,
     ),
     Setting(
         "connect_timeout",

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Final, cast
 
 from services.common import log
-from services.listener import flow
+from services.listener import flow, trace
 from services.listener.config import TcpListener
 from services.listener.executor import ActionExecutor, log_disconnected
 from services.listener.gate import ConnectionGate
@@ -203,6 +203,8 @@ class Connection(ActionExecutor):
         for pkt in packets:
             if type(pkt) is Pingreq:  # PINGRESP is ordered with nothing [MQTT-4.6.0]
                 self.metrics.packets_in[Pingreq].inc()
+                if self.tracing is not None:
+                    self._trace_in(pkt)
                 self.execute(session.handle_packet(pkt, now))
             else:
                 rest.append(pkt)
@@ -300,6 +302,8 @@ class Connection(ActionExecutor):
                 self._check_password(pkt)
                 return True
             self.metrics.packets_in[type(pkt)].inc()
+            if self.tracing is not None or isinstance(pkt, Connect):
+                self._trace_in(pkt)
             self.execute(session.handle_packet(pkt, now))
             if self.closed:
                 return True
@@ -308,6 +312,17 @@ class Connection(ActionExecutor):
                 self._backlog = rest + self._backlog if self._backlog else rest
                 return True
         return False
+
+    def _trace_in(self, pkt: Packet) -> None:
+        """A packet for ``trace client`` (``trace``); a CONNECT looks its id up first."""
+        if isinstance(pkt, Connect):
+            self.tracing = trace.ACTIVE.get((self.listener.mountpoint, pkt.client_id))
+            client_id = pkt.client_id
+        else:
+            assert self.session is not None
+            client_id = self.session.client_id
+        if self.tracing:
+            trace.received(self.tracing, self.peer, client_id, pkt)
 
     # -- the password check ------------------------------------------------------------
     def _check_password(self, pkt: Connect) -> None:

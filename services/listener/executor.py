@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from services.common import log
 from services.common.session_key import SessionKey
+from services.listener import trace
 from services.listener.config import TcpListener
 from services.listener.loop_timers import cancel_all, cancel_named, set_named
 from services.listener.metrics import ListenerMetrics
@@ -94,6 +95,7 @@ class ActionExecutor:
         "resuming",
         "session",
         "sid",
+        "tracing",
         "transport",
     )
 
@@ -109,6 +111,7 @@ class ActionExecutor:
         self.persistent = False
         self.closed = False
         self.resuming = False
+        self.tracing: list[trace.Trace] | None = None  # ``trace client`` of this client id
         self.appending = 0  # queue appends for this session the store has not answered yet
         self._resume_buffer: list[OutboundMessage] | None = None  # created when resuming
         # The last seq the resume's read replayed: an append whose answer arrives after
@@ -319,12 +322,16 @@ class ActionExecutor:
     def _send(self, action: Send) -> None:
         assert self.session is not None
         self.metrics.packets_out[type(action.packet)].inc()
+        if self.tracing:
+            trace.sent(self.tracing, self.peer, self.session.client_id, action.packet)
         self._write(encode(action.packet, self.session.protocol_version))
 
     def _send_publish(self, action: SendPublish) -> None:
         assert self.session is not None
         out = action.delivery
         self.metrics.packets_out[Publish].inc()
+        if self.tracing:
+            trace.sent(self.tracing, self.peer, self.session.client_id, action.packet)
         if out.seq is not None and out.seq > self._delivered_hi and self.persistent:
             self._delivered_hi = out.seq
         self.broker.delivered_qos[out.qos].inc()

@@ -25,6 +25,7 @@ from services.listener.session.actions import (
 )
 from services.listener.session.messages import Message, OutboundMessage
 from services.listener.store_client import StoreClient
+from services.listener.trace import Trace
 from services.pb import msgstore_pb2
 
 
@@ -39,6 +40,8 @@ class ClientPort(Protocol):
     resuming: bool
     appending: int
     """Queue appends for this session that the store has not answered yet."""
+    tracing: list[Trace] | None
+    """The ``trace client`` runs of this client id, attached to the connection."""
 
     def deliver(self, out: OutboundMessage) -> None: ...
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
 import grpc
 
-from services.common import log
+from services.common import live_settings, log
 from services.common.cluster_view import ViewFollower
 from services.common.config import Config
 from services.common.framed import CALL_LANE, REGISTRY_LANE, STORE_LANE, socket_path
@@ -38,7 +39,7 @@ from services.common.metrics import MetricsRegistry, SampleValue
 from services.common.peer import channel as peer_channel
 from services.common.service import started
 from services.common.typed_settings import build
-from services.listener import convert, processes, systree
+from services.listener import convert, processes, systree, trace
 from services.listener.auth.authorizer import Authorizer, from_config
 from services.listener.auth.errors import AuthFileError
 from services.listener.broker import Broker
@@ -61,6 +62,7 @@ from services.listener.webhooks.client import Webhooks
 from services.listener.webhooks.notify import Notifier
 from services.listener.websocket import PATH, WsProtocol
 from services.pb import (
+    common_pb2,
     common_pb2_grpc,
     forward_pb2,
     gossip_pb2,
@@ -242,6 +244,38 @@ def _own_samples(metrics: MetricsRegistry) -> systree.Source:
     return samples
 
 
+async def _trace(
+    broker: Broker, req: common_pb2.TraceRequest, context: Any
+) -> AsyncIterator[common_pb2.TraceLine]:
+    """``ternmq-admin trace client``: this process's lines about one client id, until
+    ``req.seconds`` pass or the caller goes away (``trace``)."""
+    run = trace.Trace(
+        req.mountpoint,
+        req.client_id,
+        req.rate_max or 10,
+        (req.rate_interval_ms or 100) / 1000,
+        req.payload_limit or 200,
+    )
+    traces = trace.start(run)
+    conn = broker.sessions.get(run.key)
+    if conn is not None:  # online already: its next packets are traced
+        conn.tracing = traces
+        yield common_pb2.TraceLine(
+            text=f'Connection <{conn.peer}> found for client "{req.client_id}"'
+        )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (req.seconds or 60)
+    try:
+        while (left := deadline - loop.time()) > 0:
+            try:
+                text = await asyncio.wait_for(run.lines.get(), left)
+            except TimeoutError:
+                break
+            yield common_pb2.TraceLine(text=text)
+    finally:
+        trace.stop(run)
+
+
 async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     """Run listener process ``index`` of ``listener.processes`` until ``stop``."""
     settings = build(ListenerSettings, config)
@@ -300,8 +334,10 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
                 "sessions": len(broker.sessions),
                 "accepting": broker.accepting,
                 "forward": broker.forwarder.details(),
+                "traces": sum(len(t) for t in trace.ACTIVE.values()),
             },
             lambda: broker.accepting,
+            functools.partial(_trace, broker),
         ),
         admin,
     )
@@ -337,17 +373,26 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
             notifier,
         )
 
+    # Each listener's session limits, taken by each CONNECT as they are then: a
+    # ``ternmq-admin set`` of a limit swaps them (``live_settings``).
+    live_limits: list[tuple[TcpListener, list[SessionLimits]]] = []
+
+    def limits_of(lst: TcpListener) -> list[SessionLimits]:
+        holder = [SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)]
+        live_limits.append((lst, holder))
+        return holder
+
     for lst in tcp_listeners(config):
-        limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
+        limits = limits_of(lst)
 
         gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
 
         def factory(
             lst: TcpListener = lst,
-            limits: SessionLimits = limits,
+            limits: list[SessionLimits] = limits,
             gate: ConnectionGate | None = gate,
         ) -> Connection:
-            return connection(lst, limits, gate)
+            return connection(lst, limits[0], gate)
 
         reuse_port = settings.reuse_port or settings.processes > 1
         servers.append(await _start_tcp(lst, factory, reuse_port))
@@ -356,18 +401,18 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     rejected = _rejected(lm)
     tls_servers = []
     for lst in [*ssl_listeners(config), *ws_listeners(config)]:
-        limits = SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)
+        limits = limits_of(lst)
         gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
 
         def mqtt(
             peer: str,
             identity: str | None,
             lst: TcpListener = lst,
-            limits: SessionLimits = limits,
+            limits: list[SessionLimits] = limits,
             gate: ConnectionGate | None = gate,
         ) -> Any:
             # a PROXY header, if any, was read before TLS or the HTTP request
-            return connection(replace(lst, proxy_protocol=False), limits, gate, peer, identity)
+            return connection(replace(lst, proxy_protocol=False), limits[0], gate, peer, identity)
 
         make: Callable[[str, str | None], Any] = mqtt
         if lst.transport in ("ws", "wss"):
@@ -393,6 +438,15 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         tls_server.start()
         tls_servers.append(tls_server)
         started(f"{scheme}://{lst.host}:{tls_server.port}")
+
+    def new_limits(current: Config) -> None:
+        for lst, holder in live_limits:
+            holder[0] = SessionLimits.from_config(current, lst.mountpoint, lst.allowed_versions)
+        broker.apply_settings(current)
+
+    live = live_settings.live()
+    if live is not None:
+        live.on_change(new_limits)
     broker.accepting = True
     if settings.systree_enabled and index == 0:  # one $SYS publisher per node
         own = [_own_samples(metrics)]

@@ -17,19 +17,26 @@ answer comes once every listener process of the node has applied the change).
 from __future__ import annotations
 
 import json
+import queue
+import select
+import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import grpc
 
+from services.common import live_settings, log
 from services.common.config import Config
 from services.common.grpcutil import CHANNEL_OPTIONS, samples_from_pb, service_address
 from services.common.metrics import SampleValue, render_prometheus
+from services.common.runtime_file import RuntimeFile
 from services.common.supervisor import ChildStatus
 from services.listener.config import ssl_listeners, tcp_listeners, ws_listeners
 from services.listener.processes import admin_address, child_name
@@ -46,7 +53,9 @@ from services.pb import (
 )
 
 _RPC_TIMEOUT = 2.0
-_APPLY_TIMEOUT = 5.0  # a webhook (de)registration waits this long for the listeners
+_APPLY_TIMEOUT = 5.0  # a run-time change waits this long for the processes to apply it
+SERVICES = ("listener", "registry", "gossip", "msgstore")  # each watches the settings
+ADMINS = "admins"  # gossip prefix: node name -> its admin API's HTTP address
 
 # The node's child processes by service name, as the supervisor sees them now.
 ChildrenStatus = Callable[[], dict[str, ChildStatus]]
@@ -114,6 +123,19 @@ class NodeClient:
             for s in reply.sessions
         ]
 
+    def put_admin_address(self, node: str, address: str) -> None:
+        stub = gossip_pb2_grpc.GossipStub(self.channels["gossip"])
+        op = gossip_pb2.MetaOp(prefix=ADMINS, key=node.encode(), value=address.encode())
+        stub.Put(gossip_pb2.PutRequest(ops=[op]), timeout=_RPC_TIMEOUT)
+
+    def admin_address(self, node: str) -> str:
+        """Where ``node``'s admin API listens, as it told gossip ("" if it has not)."""
+        stub = gossip_pb2_grpc.GossipStub(self.channels["gossip"])
+        reply = stub.Get(
+            gossip_pb2.GetRequest(prefix=ADMINS, key=node.encode()), timeout=_RPC_TIMEOUT
+        )
+        return reply.value.decode() if reply.found else ""
+
     def retained(self, topic: str | None, payload: bool) -> list[dict[str, Any]]:
         stub = gossip_pb2_grpc.GossipStub(self.channels["gossip"])
         out = []
@@ -157,10 +179,15 @@ class HttpApi:
         self.client = NodeClient(config)
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
-        # Runtime webhook registrations last until the node stops (VerneMQ's rule).
-        self.webhooks_file = runtime.runtime_path(config)
+        # Runtime webhook registrations and settings last until the node stops (VerneMQ's
+        # rule).
+        self.webhooks_file = runtime.runtime_file(config)
         self.webhooks_lock = threading.Lock()
-        runtime.clear(self.webhooks_file)
+        self.webhooks_file.clear()
+        self.settings_file = live_settings.runtime_file(str(config["data_dir"]))
+        self.settings_lock = threading.Lock()
+        self.settings_file.clear()
+        self._announced = threading.Event()
 
     def start(self) -> None:
         address = self.config["listener.http.default"]
@@ -180,8 +207,10 @@ class HttpApi:
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
         self.thread.start()
+        threading.Thread(target=self.announce, name="http-announce", daemon=True).start()
 
     def stop(self) -> None:
+        self._announced.set()  # ends ``announce`` if it still waits for gossip
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -206,8 +235,12 @@ class HttpApi:
             "/api/v1/webhooks/deregister": self.webhooks_deregister,
             "/api/v1/metrics/show": self.metrics_show,
             "/api/v1/show": self.show,
+            "/api/v1/set": self.set_values,
             "/api/v1/plugin/show": self.plugin_show,
         }
+        if url.path == "/api/v1/trace/client":
+            self.trace_client(req, query)  # a stream of lines, not one answer
+            return
         route = routes.get(url.path)
         if route is None:
             self._reply(req, HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {url.path}"})
@@ -335,6 +368,64 @@ class HttpApi:
         payload = q.get("payload", ["0"])[0] in ("1", "true", "on")
         return HTTPStatus.OK, self.client.retained(topic, payload)
 
+    # -- ternmq-admin trace client ------------------------------------------------
+    def trace_client(self, req: BaseHTTPRequestHandler, q: dict[str, list[str]]) -> None:
+        """Every listener process's trace lines about one client id, as they come, for
+        ``seconds`` (0: until the caller goes away, at most a day)."""
+        client_id = q.get("client_id", [""])[0]
+        try:
+            numbers = {k: int(q.get(k, [str(d)])[0]) for k, d in _TRACE_DEFAULTS.items()}
+            if min(numbers.values()) < 0 or numbers["rate_max"] < 1:
+                raise ValueError("a negative value, or rate_max below 1")
+        except ValueError as exc:
+            self._reply(req, HTTPStatus.BAD_REQUEST, {"error": f"bad trace option: {exc}"})
+            return
+        if not client_id:
+            self._reply(req, HTTPStatus.BAD_REQUEST, {"error": "client_id is required"})
+            return
+        seconds = numbers["seconds"] or _TRACE_MAX_S
+        request = common_pb2.TraceRequest(
+            mountpoint=q.get("mountpoint", [""])[0],
+            client_id=client_id,
+            rate_max=numbers["rate_max"],
+            rate_interval_ms=numbers["rate_interval_ms"],
+            payload_limit=numbers["payload_limit"],
+            seconds=min(seconds, _TRACE_MAX_S),
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+        calls = [
+            common_pb2_grpc.AdminStub(self.client.channels[name]).Trace(
+                request, timeout=request.seconds + _RPC_TIMEOUT
+            )
+            for name, child in self.children().items()
+            if name.startswith("listener") and child["running"]
+        ]
+        for call in calls:
+            threading.Thread(target=_drain, args=(call, lines), daemon=True).start()
+        req.send_response(HTTPStatus.OK)
+        req.send_header("Content-Type", "text/plain; charset=utf-8")
+        req.end_headers()
+        open_calls = len(calls)
+        try:
+            _write_line(req, f'Tracing client "{client_id}" on {self.config["nodename"]}')
+            while open_calls:
+                try:
+                    line = lines.get(timeout=1.0)
+                except queue.Empty:
+                    if _gone(req):
+                        return
+                    continue
+                if line is None:
+                    open_calls -= 1
+                    continue
+                _write_line(req, line)
+            _write_line(req, f'Trace session for client "{client_id}" stopped')
+        except OSError:
+            return  # the caller went away
+        finally:
+            for call in calls:
+                call.cancel()
+
     def listener_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         running = self.client.status("listener").get("accepting", False)
         kinds = {"tcp": "mqtt", "ssl": "mqtts", "ws": "mqttws", "wss": "mqttwss"}  # VerneMQ's
@@ -359,9 +450,9 @@ class HttpApi:
 
     def _webhooks(self) -> tuple[int, list[dict[str, Any]]]:
         """The node's webhooks now: the runtime file's, or the configuration's."""
-        loaded = runtime.load(self.webhooks_file)
+        loaded = self.webhooks_file.load()
         if loaded is not None:
-            return loaded
+            return loaded[0], list(loaded[1])
         return 0, [e.row() for e in endpoints(self.config)]
 
     def webhooks_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
@@ -388,39 +479,115 @@ class HttpApi:
                 return (HTTPStatus.CONFLICT if known else HTTPStatus.BAD_REQUEST), {
                     "error": f"can't {op} endpoint: {changed}"
                 }
-            runtime.save(self.webhooks_file, generation + 1, changed)
-            late = self._await_listeners(generation + 1)
+            self.webhooks_file.save(generation + 1, changed)
+            late = self._await_applied(self.webhooks_file, generation + 1, ("listener",))
         if late:
             return HTTPStatus.GATEWAY_TIMEOUT, {
                 "error": f"{op}ed, but not yet applied by {', '.join(late)}"
             }
         return HTTPStatus.OK, {"done": op, "hook": hook, "endpoint": endpoint}
 
-    def _await_listeners(self, generation: int) -> list[str]:
-        """The running listener processes that have not applied ``generation`` within
-        the timeout (empty when all have)."""
+    def _await_applied(
+        self, file: RuntimeFile, generation: int, services: tuple[str, ...]
+    ) -> list[str]:
+        """The running processes of ``services`` that have not applied ``generation`` of
+        ``file`` within the timeout (empty when all have)."""
         deadline = time.monotonic() + _APPLY_TIMEOUT
         while True:
-            late = []
-            for name, child in self.children().items():
-                if not name.startswith("listener") or not child["running"] or not child["pid"]:
-                    continue
-                try:
-                    seen = int(runtime.ack_path(self.webhooks_file, child["pid"]).read_text())
-                except (OSError, ValueError):
-                    seen = 0
-                if seen < generation:
-                    late.append(name)
+            late = [
+                name
+                for name, child in self.children().items()
+                if name.startswith(services)
+                and child["running"]
+                and child["pid"]
+                and file.applied(child["pid"]) < generation
+            ]
             if not late or time.monotonic() > deadline:
                 return late
             time.sleep(0.05)
+
+    # -- ternmq-admin set / show ---------------------------------------------------
+    def _settings(self) -> tuple[int, dict[str, str]]:
+        loaded = self.settings_file.load()
+        return (loaded[0], dict(loaded[1])) if loaded is not None else (0, {})
+
+    def _current(self) -> Config:
+        """The configuration as the node runs it: the file's, with the values set since."""
+        return self.config.with_overrides(self._settings()[1])
+
+    def set_values(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        """``set=KEY=VALUE`` (repeated) on this node; with ``all=1`` on every member of
+        its cluster as well (each answers for itself: ``nodes``)."""
+        pairs = q.get("set", [])
+        if not pairs:
+            return HTTPStatus.BAD_REQUEST, {"error": "KEY=VALUE is required"}
+        with self.settings_lock:
+            generation, current = self._settings()
+            changed = live_settings.change(self.config, current, pairs)
+            if isinstance(changed, str):
+                return HTTPStatus.BAD_REQUEST, {"error": changed}
+            self.settings_file.save(generation + 1, changed)
+            applied = self.config.with_overrides(changed)
+            log.set_level(str(applied["log.level"]))  # this process logs too
+            late = self._await_applied(self.settings_file, generation + 1, SERVICES)
+        keys = list(dict.fromkeys(p.partition("=")[0].strip() for p in pairs))
+        body: dict[str, Any] = {"node": self.config["nodename"]}
+        body["values"] = {k: applied[k] for k in keys}
+        status = HTTPStatus.OK
+        if late:
+            status = HTTPStatus.GATEWAY_TIMEOUT
+            body["error"] = f"set, but not yet applied by {', '.join(late)}"
+        if q.get("all", ["0"])[0] in ("1", "true", "on"):
+            body["nodes"] = self._set_elsewhere(pairs)
+            failed = {n: v for n, v in body["nodes"].items() if v != "ok"}
+            if failed:
+                status = HTTPStatus.BAD_GATEWAY
+                body["error"] = "; ".join(
+                    [
+                        *([body["error"]] if "error" in body else []),
+                        *(f"{n}: {v}" for n, v in failed.items()),
+                    ]
+                )
+        return status, body
+
+    def _set_elsewhere(self, pairs: list[str]) -> dict[str, str]:
+        """Each other member's answer to the same ``set``: "ok", or why not."""
+        gossip = self.client.status("gossip").get("cluster")
+        if not isinstance(gossip, dict):
+            return {"?": "the gossip service does not answer"}
+        out: dict[str, str] = {}
+        for member in gossip["members"]:
+            node = member["node"]
+            if node == self.config["nodename"]:
+                continue
+            if member["state"] != "up":
+                out[node] = f"not set: {member['state']}"
+                continue
+            address = self.client.admin_address(node)
+            if not address:
+                out[node] = "not set: its HTTP address is not known (listener.http.default)"
+                continue
+            out[node] = _remote_set(address, pairs)
+        return out
+
+    def announce(self) -> None:
+        """Tell the cluster where this node's admin API listens (gossip prefix
+        ``admins``), once its gossip service answers: ``set --all`` finds it there."""
+        address = self.config["listener.http.default"]
+        while address != "off" and not self._announced.is_set():
+            try:
+                self.client.put_admin_address(str(self.config["nodename"]), address)
+                self._announced.set()
+            except grpc.RpcError:
+                self._announced.wait(0.5)
 
     def show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
         keys = q.get("key", [])
         unknown = [k for k in keys if k not in self.config]
         if unknown:
             return HTTPStatus.NOT_FOUND, {"error": f"unknown keys: {', '.join(unknown)}"}
-        return HTTPStatus.OK, {k: self.config[k] for k in keys}
+        current = self._current()
+        return HTTPStatus.OK, {k: current[k] for k in keys}
 
     def plugin_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         return HTTPStatus.OK, [
@@ -428,3 +595,52 @@ class HttpApi:
             for key, value in sorted(self.config.items())
             if key.startswith("plugins.")
         ]
+
+
+def _remote_set(address: str, pairs: list[str]) -> str:
+    """``set`` on another node's admin API: "ok", or its error."""
+    url = f"http://{address}/api/v1/set?" + urlencode([("set", p) for p in pairs])
+    try:
+        with urllib.request.urlopen(url, timeout=_APPLY_TIMEOUT + 5) as resp:
+            resp.read()
+        return "ok"
+    except urllib.error.HTTPError as exc:
+        try:
+            return str(json.loads(exc.read()).get("error", exc.reason))
+        except ValueError:
+            return str(exc.reason)
+    except (urllib.error.URLError, OSError) as exc:
+        return f"unreachable: {exc}"
+
+
+_TRACE_DEFAULTS = {"rate_max": 10, "rate_interval_ms": 100, "payload_limit": 200, "seconds": 0}
+_TRACE_MAX_S = 86_400
+
+
+def _drain(call: Any, lines: queue.Queue[str | None]) -> None:
+    """One listener process's trace lines into ``lines``; None when its stream ends."""
+    try:
+        for line in call:
+            lines.put(line.text)
+    except grpc.RpcError as exc:
+        if exc.code() not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED):
+            lines.put(f"(a listener process stopped tracing: {exc.code().name})")
+    finally:
+        lines.put(None)
+
+
+def _write_line(req: BaseHTTPRequestHandler, line: str) -> None:
+    req.wfile.write(line.encode("utf-8", errors="replace") + b"\n")
+    req.wfile.flush()
+
+
+def _gone(req: BaseHTTPRequestHandler) -> bool:
+    """Whether the caller closed its end (a trace with nothing to write would not know)."""
+    sock = req.connection
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK) == b"")
+    except OSError:
+        return True

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18services/pb/common.proto\x12\x06ternmq\"*\n\x0cUserProperty\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\xe7\x02\n\x0bMqttMessage\x12\x0e\n\x06msg_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x12\n\nmountpoint\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0b\n\x03qos\x18\x05 \x01(\r\x12\x0e\n\x06retain\x18\x06 \x01(\x08\x12\x11\n\tpublisher\x18\x07 \x01(\t\x12\x13\n\x0borigin_node\x18\x08 \x01(\t\x12\x14\n\x0cpublished_us\x18\t \x01(\x03\x12\x12\n\nexpires_us\x18\n \x01(\x03\x12\x1b\n\x0epayload_format\x18\x0b \x01(\rH\x00\x88\x01\x01\x12\x14\n\x0c\x63ontent_type\x18\x0c \x01(\t\x12\x16\n\x0eresponse_topic\x18\r \x01(\t\x12\x18\n\x10\x63orrelation_data\x18\x0e \x01(\x0c\x12-\n\x0fuser_properties\x18\x0f \x03(\x0b\x32\x14.ternmq.UserPropertyB\x11\n\x0f_payload_format\"Z\n\x08\x44\x65livery\x12 \n\x03msg\x18\x01 \x01(\x0b\x32\x13.ternmq.MqttMessage\x12\x0b\n\x03qos\x18\x02 \x01(\r\x12\x0e\n\x06retain\x18\x03 \x01(\x08\x12\x0f\n\x07sub_ids\x18\x04 \x03(\r\"3\n\nSessionKey\x12\x12\n\nmountpoint\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\"\x0f\n\rStatusRequest\"]\n\x0bStatusReply\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\r\n\x05ready\x18\x03 \x01(\x08\x12\x12\n\nstarted_us\x18\x04 \x01(\x03\x12\x0c\n\x04json\x18\x05 \x01(\t\"\x10\n\x0eMetricsRequest\"\x9c\x01\n\x06Sample\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06labels\x18\x02 \x03(\x0b\x32\x1a.ternmq.Sample.LabelsEntry\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0c\n\x04help\x18\x05 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"/\n\x0cMetricsReply\x12\x1f\n\x07samples\x18\x01 \x03(\x0b\x32\x0e.ternmq.Sample\"4\n\x08LaneCall\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\"D\n\tLaneReply\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x32v\n\x05\x41\x64min\x12\x34\n\x06Status\x12\x15.ternmq.StatusRequest\x1a\x13.ternmq.StatusReply\x12\x37\n\x07Metrics\x12\x16.ternmq.MetricsRequest\x1a\x14.ternmq.MetricsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18services/pb/common.proto\x12\x06ternmq\"*\n\x0cUserProperty\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\xe7\x02\n\x0bMqttMessage\x12\x0e\n\x06msg_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x12\n\nmountpoint\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0b\n\x03qos\x18\x05 \x01(\r\x12\x0e\n\x06retain\x18\x06 \x01(\x08\x12\x11\n\tpublisher\x18\x07 \x01(\t\x12\x13\n\x0borigin_node\x18\x08 \x01(\t\x12\x14\n\x0cpublished_us\x18\t \x01(\x03\x12\x12\n\nexpires_us\x18\n \x01(\x03\x12\x1b\n\x0epayload_format\x18\x0b \x01(\rH\x00\x88\x01\x01\x12\x14\n\x0c\x63ontent_type\x18\x0c \x01(\t\x12\x16\n\x0eresponse_topic\x18\r \x01(\t\x12\x18\n\x10\x63orrelation_data\x18\x0e \x01(\x0c\x12-\n\x0fuser_properties\x18\x0f \x03(\x0b\x32\x14.ternmq.UserPropertyB\x11\n\x0f_payload_format\"Z\n\x08\x44\x65livery\x12 \n\x03msg\x18\x01 \x01(\x0b\x32\x13.ternmq.MqttMessage\x12\x0b\n\x03qos\x18\x02 \x01(\r\x12\x0e\n\x06retain\x18\x03 \x01(\x08\x12\x0f\n\x07sub_ids\x18\x04 \x03(\r\"3\n\nSessionKey\x12\x12\n\nmountpoint\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\"\x89\x01\n\x0cTraceRequest\x12\x12\n\nmountpoint\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x10\n\x08rate_max\x18\x03 \x01(\r\x12\x18\n\x10rate_interval_ms\x18\x04 \x01(\r\x12\x15\n\rpayload_limit\x18\x05 \x01(\r\x12\x0f\n\x07seconds\x18\x06 \x01(\r\"\x19\n\tTraceLine\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x0f\n\rStatusRequest\"]\n\x0bStatusReply\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\r\n\x05ready\x18\x03 \x01(\x08\x12\x12\n\nstarted_us\x18\x04 \x01(\x03\x12\x0c\n\x04json\x18\x05 \x01(\t\"\x10\n\x0eMetricsRequest\"\x9c\x01\n\x06Sample\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06labels\x18\x02 \x03(\x0b\x32\x1a.ternmq.Sample.LabelsEntry\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0c\n\x04help\x18\x05 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"/\n\x0cMetricsReply\x12\x1f\n\x07samples\x18\x01 \x03(\x0b\x32\x0e.ternmq.Sample\"4\n\x08LaneCall\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\"D\n\tLaneReply\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x32\xaa\x01\n\x05\x41\x64min\x12\x34\n\x06Status\x12\x15.ternmq.StatusRequest\x1a\x13.ternmq.StatusReply\x12\x37\n\x07Metrics\x12\x16.ternmq.MetricsRequest\x1a\x14.ternmq.MetricsReply\x12\x32\n\x05Trace\x12\x14.ternmq.TraceRequest\x1a\x11.ternmq.TraceLine0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,22 +41,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELIVERY']._serialized_end=532
   _globals['_SESSIONKEY']._serialized_start=534
   _globals['_SESSIONKEY']._serialized_end=585
-  _globals['_STATUSREQUEST']._serialized_start=587
-  _globals['_STATUSREQUEST']._serialized_end=602
-  _globals['_STATUSREPLY']._serialized_start=604
-  _globals['_STATUSREPLY']._serialized_end=697
-  _globals['_METRICSREQUEST']._serialized_start=699
-  _globals['_METRICSREQUEST']._serialized_end=715
-  _globals['_SAMPLE']._serialized_start=718
-  _globals['_SAMPLE']._serialized_end=874
-  _globals['_SAMPLE_LABELSENTRY']._serialized_start=829
-  _globals['_SAMPLE_LABELSENTRY']._serialized_end=874
-  _globals['_METRICSREPLY']._serialized_start=876
-  _globals['_METRICSREPLY']._serialized_end=923
-  _globals['_LANECALL']._serialized_start=925
-  _globals['_LANECALL']._serialized_end=977
-  _globals['_LANEREPLY']._serialized_start=979
-  _globals['_LANEREPLY']._serialized_end=1047
-  _globals['_ADMIN']._serialized_start=1049
-  _globals['_ADMIN']._serialized_end=1167
+  _globals['_TRACEREQUEST']._serialized_start=588
+  _globals['_TRACEREQUEST']._serialized_end=725
+  _globals['_TRACELINE']._serialized_start=727
+  _globals['_TRACELINE']._serialized_end=752
+  _globals['_STATUSREQUEST']._serialized_start=754
+  _globals['_STATUSREQUEST']._serialized_end=769
+  _globals['_STATUSREPLY']._serialized_start=771
+  _globals['_STATUSREPLY']._serialized_end=864
+  _globals['_METRICSREQUEST']._serialized_start=866
+  _globals['_METRICSREQUEST']._serialized_end=882
+  _globals['_SAMPLE']._serialized_start=885
+  _globals['_SAMPLE']._serialized_end=1041
+  _globals['_SAMPLE_LABELSENTRY']._serialized_start=996
+  _globals['_SAMPLE_LABELSENTRY']._serialized_end=1041
+  _globals['_METRICSREPLY']._serialized_start=1043
+  _globals['_METRICSREPLY']._serialized_end=1090
+  _globals['_LANECALL']._serialized_start=1092
+  _globals['_LANECALL']._serialized_end=1144
+  _globals['_LANEREPLY']._serialized_start=1146
+  _globals['_LANEREPLY']._serialized_end=1214
+  _globals['_ADMIN']._serialized_start=1217
+  _globals['_ADMIN']._serialized_end=1387
 # @@protoc_insertion_point(module_scope)

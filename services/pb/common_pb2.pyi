@@ -68,6 +68,28 @@ class SessionKey(_message.Message):
     client_id: str
     def __init__(self, mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
+class TraceRequest(_message.Message):
+    __slots__ = ("mountpoint", "client_id", "rate_max", "rate_interval_ms", "payload_limit", "seconds")
+    MOUNTPOINT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RATE_MAX_FIELD_NUMBER: _ClassVar[int]
+    RATE_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    mountpoint: str
+    client_id: str
+    rate_max: int
+    rate_interval_ms: int
+    payload_limit: int
+    seconds: int
+    def __init__(self, mountpoint: _Optional[str] = ..., client_id: _Optional[str] = ..., rate_max: _Optional[int] = ..., rate_interval_ms: _Optional[int] = ..., payload_limit: _Optional[int] = ..., seconds: _Optional[int] = ...) -> None: ...
+
+class TraceLine(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

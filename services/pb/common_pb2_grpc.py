@@ -45,6 +45,11 @@ class AdminStub:
                 request_serializer=services_dot_pb_dot_common__pb2.MetricsRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_common__pb2.MetricsReply.FromString,
                 _registered_method=True)
+        self.Trace = channel.unary_stream(
+                '/ternmq.Admin/Trace',
+                request_serializer=services_dot_pb_dot_common__pb2.TraceRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_common__pb2.TraceLine.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -63,6 +68,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Trace(self, request, context):
+        """One client's packets as a listener process sends and receives them, live, until
+        `seconds` pass or the caller cancels (ternmq-admin trace client). Only listeners
+        trace; other services answer UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +89,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Metrics,
                     request_deserializer=services_dot_pb_dot_common__pb2.MetricsRequest.FromString,
                     response_serializer=services_dot_pb_dot_common__pb2.MetricsReply.SerializeToString,
+            ),
+            'Trace': grpc.unary_stream_rpc_method_handler(
+                    servicer.Trace,
+                    request_deserializer=services_dot_pb_dot_common__pb2.TraceRequest.FromString,
+                    response_serializer=services_dot_pb_dot_common__pb2.TraceLine.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +151,33 @@ class Admin:
             '/ternmq.Admin/Metrics',
             services_dot_pb_dot_common__pb2.MetricsRequest.SerializeToString,
             services_dot_pb_dot_common__pb2.MetricsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Trace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ternmq.Admin/Trace',
+            services_dot_pb_dot_common__pb2.TraceRequest.SerializeToString,
+            services_dot_pb_dot_common__pb2.TraceLine.FromString,
             options,
             channel_credentials,
             insecure,

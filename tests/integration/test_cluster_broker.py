@@ -197,6 +197,39 @@ def test_a_will_reaches_a_subscriber_on_another_node_once(cluster: Path) -> None
         sub.disconnect()
 
 
+def _admin(node: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "ternmq-admin"), "--node", f"127.0.0.1:{HTTP[node]}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_set_all_changes_a_setting_on_every_node(cluster: Path) -> None:
+    """``ternmq-admin set ... --all``, as ``vmq-admin set ... --all``: the node asked
+    sets it on every member (each found through gossip's ``admins`` records)."""
+
+    def shown(node: str) -> object:
+        status, body = get(HTTP[node], "/api/v1/show?key=max_client_id_size")
+        return body.get("max_client_id_size") if status == 200 else None
+
+    long_id = "set-all-client-id"  # 17 bytes
+    try:
+        done = _admin(N1, "set", "max_client_id_size=12", "--all")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"{N2}: ok" in done.stdout and f"{N3}: ok" in done.stdout
+        for node in (N1, N2, N3):
+            assert shown(node) == 12, node
+        refused = Client(long_id, MQTT[N3])
+        refused.connect(expect_ok=False)
+        assert refused.reason_code.is_failure
+        refused.disconnect()
+    finally:
+        assert _admin(N1, "set", "max_client_id_size=100", "--all").returncode == 0
+    assert shown(N2) == 100
+
+
 def test_a_node_that_was_down_catches_up_when_it_returns(cluster: Path) -> None:
     """S14, and what a publisher hears meanwhile about subscribers on the dead node."""
     clean = _connected("down-clean", N3)

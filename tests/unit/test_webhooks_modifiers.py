@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from services.common.runtime_file import RuntimeFile, Watcher
 from services.listener.mqtt.types import NO_PROPERTIES, Connect, Properties, Publish
 from services.listener.session.auth import AllowAll
 from services.listener.session.handle_auth import AuthAnswer
@@ -174,19 +175,20 @@ def test_register_and_deregister_change_the_list_in_vernemqs_way() -> None:
 
 
 def test_a_listener_applies_the_file_and_answers_with_the_generation(tmp_path: Path) -> None:
-    path = tmp_path / "run" / runtime.FILE
+    file = RuntimeFile(tmp_path, "webhooks", "endpoints")
     hooks = Webhooks([Endpoint("p", "on_publish", "http://a/")])
-    watcher = runtime.Watcher(path, hooks.apply_rows)
+    watcher = Watcher(file, hooks.apply_rows, "webhooks.runtime")
     assert not watcher.check()  # no file: the configuration stands
     assert hooks.has("on_publish")
     rows = [{"hook": "on_deliver", "endpoint": "http://b/", "base64_payload": False}]
-    runtime.save(path, 3, rows)
+    file.save(3, rows)
+    assert file.path == tmp_path / "run" / "webhooks.json"
     assert watcher.check() and not watcher.check()  # applied once
     assert hooks.has("on_deliver") and not hooks.has("on_publish")
     assert hooks.base64_payload("on_deliver") is False
-    assert runtime.ack_path(path, os.getpid()).read_text() == "3"
-    runtime.clear(path)
-    assert not path.exists() and not runtime.ack_path(path, os.getpid()).exists()
+    assert file.ack_path(os.getpid()).read_text() == "3" and file.applied(os.getpid()) == 3
+    file.clear()
+    assert not file.path.exists() and not file.ack_path(os.getpid()).exists()
 
 
 # -- CONNECT: register modifiers and on_auth_m5 ------------------------------------------

@@ -71,6 +71,10 @@ class SharedPicker:
     def policy(self) -> SharedPolicy:
         return self._policy
 
+    def set_policy(self, policy: SharedPolicy) -> None:
+        """``ternmq-admin set shared_subscription_policy=...``: from the next pick on."""
+        self._policy = policy
+
     def pick(
         self,
         group: SharedGroupMatch,

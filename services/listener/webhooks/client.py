@@ -22,6 +22,7 @@ import aiohttp
 
 from services.common import log
 from services.common.config import Config
+from services.common.runtime_file import Watcher
 from services.listener.webhooks import runtime
 from services.listener.webhooks.spec import (
     AUTH_HOOKS,
@@ -96,7 +97,7 @@ class Webhooks:
         self.failures = 0
         self._session: aiohttp.ClientSession | None = None
         self._warned: set[tuple[str, str]] = set()  # (hook, modifier) logged as ignored
-        self.watcher: runtime.Watcher | None = None
+        self.watcher: Watcher | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> Webhooks:
@@ -108,7 +109,7 @@ class Webhooks:
             config["webhooks.pool_max_connections"],
             config["webhooks.pool_timeout"],
         )
-        hooks.watcher = runtime.Watcher(runtime.runtime_path(config), hooks.apply_rows)
+        hooks.watcher = Watcher(runtime.runtime_file(config), hooks.apply_rows, "webhooks.runtime")
         hooks.watcher.check()
         try:
             asyncio.get_running_loop()
