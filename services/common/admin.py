@@ -243,6 +243,82 @@ def listener_show(ctx: click.Context) -> None:
     )
 
 
+def _where(args: tuple[str, ...]) -> dict[str, str]:
+    """``address=IP port=PORT``, as ``vmq-admin listener`` takes them."""
+    out: dict[str, str] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in ("address", "port") or key in out:
+            raise click.UsageError(f"unexpected argument {arg!r}")
+        out[key] = value
+    if set(out) != {"address", "port"}:
+        raise click.UsageError("expected address=IP port=PORT")
+    return out
+
+
+def _listener_op(ctx: click.Context, op: str, query: dict[str, Any]) -> None:
+    ctx.obj["node"].get(f"/api/v1/listener/{op}", **query)
+    click.echo("Done")
+
+
+_WHERE = click.argument("args", nargs=-1, metavar="address=IP port=PORT")
+
+
+@listener.command("stop")
+@_WHERE
+@click.option("-k", "--kill_sessions", "kill", is_flag=True, help="End its connections too.")
+@click.pass_context
+def listener_stop(ctx: click.Context, args: tuple[str, ...], kill: bool) -> None:
+    """Stop accepting connections on a listener (its connections stay, unless -k),
+    until ``restart`` or the node's next start."""
+    _listener_op(ctx, "stop", {**_where(args), "kill_sessions": "1" if kill else None})
+
+
+@listener.command("restart")
+@_WHERE
+@click.pass_context
+def listener_restart(ctx: click.Context, args: tuple[str, ...]) -> None:
+    """Accept connections again on a stopped listener."""
+    _listener_op(ctx, "restart", _where(args))
+
+
+@listener.command("start")
+@_WHERE
+@click.option("--mountpoint", default="", help="The mountpoint of its sessions.")
+@click.option("--websocket", is_flag=True, help="MQTT over WebSocket (path /mqtt).")
+@click.option("--max_connections", default=0, help="At most this many connections (0: no cap).")
+@click.option("--proxy_protocol", is_flag=True, help="Expect a PROXY protocol header.")
+@click.option("--nr_of_acceptors", default=0, help="Accepted for VerneMQ's scripts; unused.")
+@click.pass_context
+def listener_start(
+    ctx: click.Context,
+    args: tuple[str, ...],
+    mountpoint: str,
+    websocket: bool,
+    max_connections: int,
+    proxy_protocol: bool,
+    nr_of_acceptors: int,
+) -> None:
+    """Start a new MQTT (or, with --websocket, WebSocket) listener until the node
+    stops; every listener process of the node listens on it."""
+    query = {
+        **_where(args),
+        "mountpoint": mountpoint,
+        "websocket": "1" if websocket else None,
+        "max_connections": max_connections,
+        "proxy_protocol": "1" if proxy_protocol else None,
+    }
+    _listener_op(ctx, "start", query)
+
+
+@listener.command("delete")
+@_WHERE
+@click.pass_context
+def listener_delete(ctx: click.Context, args: tuple[str, ...]) -> None:
+    """Remove a stopped listener until the node's next start."""
+    _listener_op(ctx, "delete", _where(args))
+
+
 @cli.group()
 def webhooks() -> None:
     """Webhooks (VerneMQ's vmq_webhooks)."""

@@ -54,6 +54,16 @@ _SPECS: Final = [
         restarts="int",
     ),
     _e("service.restarted", "The supervisor restarted a child.", child="str", pid="int"),
+    _e(
+        "listener.changed",
+        "An MQTT listener was started, stopped or failed to start while the node ran "
+        "(ternmq-admin listener): address is type://host:port; sessions, how many "
+        "connections a stop with kill_sessions ended.",
+        address="str",
+        state="str",
+        reason="str",
+        sessions="int",
+    ),
     _e("config.loaded", "Configuration was read.", path="str", keys="int"),
     _e("auth.reloaded", "The password or ACL file changed and was read again."),
     # -- connections and sessions ------------------------------------------------

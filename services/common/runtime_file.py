@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 from collections.abc import Callable
@@ -71,7 +72,7 @@ class RuntimeFile:
 class Watcher:
     """One process's look at a :class:`RuntimeFile`: ``apply`` gets each new payload."""
 
-    def __init__(self, file: RuntimeFile, apply: Callable[[Any], None], op: str) -> None:
+    def __init__(self, file: RuntimeFile, apply: Callable[[Any], object], op: str) -> None:
         self.file = file
         self.apply = apply
         self.op = op  # names the watcher in its task and in a logged failure
@@ -81,34 +82,57 @@ class Watcher:
 
     def check(self) -> bool:
         """Apply the file if it changed since the last look; whether it did."""
-        try:
-            st = self.file.path.stat()
-        except OSError:
-            return False
-        stamp = (st.st_ino, st.st_mtime_ns)
-        if stamp == self.seen:
-            return False
-        loaded = self.file.load()
+        loaded = self._changed()
         if loaded is None:
             return False
-        self.seen = stamp
-        generation, payload = loaded
         try:
-            self.apply(payload)
+            self.apply(loaded[1])
         except (KeyError, TypeError, ValueError) as exc:  # a hand-edited file
             log.emit("internal.error", "error", op=self.op, reason=repr(exc))
             return False
+        self._applied(loaded[0])
+        return True
+
+    async def check_async(self) -> bool:
+        """:meth:`check` for an ``apply`` that returns an awaitable (opening sockets):
+        the generation is acknowledged once it is done."""
+        loaded = self._changed()
+        if loaded is None:
+            return False
+        try:
+            result = self.apply(loaded[1])
+            if inspect.isawaitable(result):
+                await result
+        except (KeyError, TypeError, ValueError) as exc:  # a hand-edited file
+            log.emit("internal.error", "error", op=self.op, reason=repr(exc))
+            return False
+        self._applied(loaded[0])
+        return True
+
+    def _changed(self) -> tuple[int, Any] | None:
+        try:
+            st = self.file.path.stat()
+        except OSError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns)
+        if stamp == self.seen:
+            return None
+        loaded = self.file.load()
+        if loaded is not None:
+            self.seen = stamp
+        return loaded
+
+    def _applied(self, generation: int) -> None:
         self.generation = generation
         with contextlib.suppress(OSError):
             self.file.ack_path(os.getpid()).write_text(str(generation), encoding="utf-8")
-        return True
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=self.op)
 
     async def _run(self) -> None:
         while True:
-            self.check()
+            await self.check_async()
             await asyncio.sleep(POLL)
 
     def stop(self) -> None:

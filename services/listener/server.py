@@ -37,6 +37,7 @@ from services.common.grpcutil import (
 from services.common.lane_client import LaneClient
 from services.common.metrics import MetricsRegistry, SampleValue
 from services.common.peer import channel as peer_channel
+from services.common.runtime_file import Watcher
 from services.common.service import started
 from services.common.typed_settings import build
 from services.listener import convert, processes, systree, trace
@@ -53,8 +54,10 @@ from services.listener.config import (
 from services.listener.connection import Connection
 from services.listener.forward import receiver as forward_receiver
 from services.listener.forward.receiver import ForwardServicer
+from services.listener.fronts import Front, Fronts, fronts_file
 from services.listener.gate import ConnectionGate
 from services.listener.metrics import ListenerMetrics
+from services.listener.mqtt.codes import ReasonCode
 from services.listener.session.limits import SessionLimits
 from services.listener.store_client import StoreClient
 from services.listener.tls import TlsServer, build_context
@@ -225,6 +228,17 @@ def _rejected(metrics: ListenerMetrics) -> Callable[[str, str], None]:
     return rejected
 
 
+class TcpFront:
+    """A plain TCP (or WebSocket) listener's ``asyncio.Server`` as a ``Front``: closing
+    it stops accepting, and the connections it accepted stay."""
+
+    def __init__(self, server: asyncio.Server) -> None:
+        self.server = server
+
+    async def close(self) -> None:
+        self.server.close()
+
+
 async def _start_tcp(listener: TcpListener, factory: Any, reuse_port: bool) -> asyncio.Server:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
@@ -324,6 +338,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
 
     authorizer = _authorizer(config)
     tasks.append(asyncio.create_task(_reload_auth(authorizer, settings.auth_reload_interval, stop)))
+    listening: list[Fronts] = []  # once the listeners are open (the status's view)
     admin = create_server()
     common_pb2_grpc.add_AdminServicer_to_server(
         AdminServicer(
@@ -335,6 +350,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
                 "accepting": broker.accepting,
                 "forward": broker.forwarder.details(),
                 "traces": sum(len(t) for t in trace.ACTIVE.values()),
+                "listening": listening[0].status() if listening else [],
             },
             lambda: broker.accepting,
             functools.partial(_trace, broker),
@@ -345,7 +361,6 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     bind(admin, admin_addr)
     await admin.start()
 
-    servers = []
     slow_auth = settings.passwd_enabled
     hooks = Webhooks.from_config(config)
     notifier = Notifier(hooks)
@@ -382,27 +397,25 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         live_limits.append((lst, holder))
         return holder
 
-    for lst in tcp_listeners(config):
-        limits = limits_of(lst)
-
-        gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
-
-        def factory(
-            lst: TcpListener = lst,
-            limits: list[SessionLimits] = limits,
-            gate: ConnectionGate | None = gate,
-        ) -> Connection:
-            return connection(lst, limits[0], gate)
-
-        reuse_port = settings.reuse_port or settings.processes > 1
-        servers.append(await _start_tcp(lst, factory, reuse_port))
-        started(f"mqtt://{lst.host}:{lst.port}")
     reuse_port = settings.reuse_port or settings.processes > 1
     rejected = _rejected(lm)
-    tls_servers = []
-    for lst in [*ssl_listeners(config), *ws_listeners(config)]:
+
+    async def open_front(lst: TcpListener) -> Front:
+        """One listener's socket, and what each connection on it is served by."""
         limits = limits_of(lst)
         gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
+        if lst.transport == "tcp":
+
+            def factory(
+                lst: TcpListener = lst,
+                limits: list[SessionLimits] = limits,
+                gate: ConnectionGate | None = gate,
+            ) -> Connection:
+                return connection(lst, limits[0], gate)
+
+            front = TcpFront(await _start_tcp(lst, factory, reuse_port))
+            started(f"mqtt://{lst.host}:{lst.port}")
+            return front
 
         def mqtt(
             peer: str,
@@ -430,14 +443,35 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
             def plain(lst: TcpListener = lst, mqtt: Any = mqtt) -> WsProtocol:
                 return WsProtocol(mqtt, rejected, lst.proxy_protocol)
 
-            servers.append(await _start_tcp(lst, plain, reuse_port))
+            front = TcpFront(await _start_tcp(lst, plain, reuse_port))
             started(f"{scheme}://{lst.host}:{lst.port}{PATH}")
-            continue
+            return front
         ctx = build_context(lst.name, lst.tls, lst.transport)  # OSError: stops start-up
         tls_server = TlsServer(lst, ctx, make, rejected, reuse_port)
         tls_server.start()
-        tls_servers.append(tls_server)
         started(f"{scheme}://{lst.host}:{tls_server.port}")
+        return tls_server
+
+    def end_sessions(lst: TcpListener) -> int:
+        """``listener stop --kill_sessions``: the connections this listener accepted."""
+        mine = [
+            c
+            for c in list(broker.sessions.values())
+            if isinstance(c, Connection)
+            and (c.listener.transport, c.listener.host, c.listener.port)
+            == (lst.transport, lst.host, lst.port)
+        ]
+        for c in mine:
+            c.fail(ReasonCode.ADMINISTRATIVE_ACTION, "listener stopped")
+        return len(mine)
+
+    fronts = Fronts(
+        [*tcp_listeners(config), *ssl_listeners(config), *ws_listeners(config)],
+        open_front,
+        end_sessions,
+    )
+    await fronts.start()
+    listening.append(fronts)
 
     def new_limits(current: Config) -> None:
         for lst, holder in live_limits:
@@ -447,6 +481,11 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     live = live_settings.live()
     if live is not None:
         live.on_change(new_limits)
+    # ternmq-admin listener stop|restart|start|delete, from the node's file of them
+    listeners_file = fronts_file(str(config["data_dir"]))
+    listeners_watch = Watcher(listeners_file, fronts.apply, "listeners.runtime")
+    await listeners_watch.check_async()
+    listeners_watch.start()
     broker.accepting = True
     if settings.systree_enabled and index == 0:  # one $SYS publisher per node
         own = [_own_samples(metrics)]
@@ -478,10 +517,8 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     await stop.wait()
 
     broker.accepting = False
-    for srv in servers:
-        srv.close()
-    for tls_server in tls_servers:
-        await tls_server.close()
+    listeners_watch.stop()
+    await fronts.close()
     await broker.shutdown()
     await notifier.pending.close()
     await hooks.close()

@@ -16,6 +16,7 @@ answer comes once every listener process of the node has applied the change).
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import select
@@ -38,6 +39,7 @@ from services.common.grpcutil import CHANNEL_OPTIONS, samples_from_pb, service_a
 from services.common.metrics import SampleValue, render_prometheus
 from services.common.runtime_file import RuntimeFile
 from services.common.supervisor import ChildStatus
+from services.listener import fronts
 from services.listener.config import ssl_listeners, tcp_listeners, ws_listeners
 from services.listener.processes import admin_address, child_name
 from services.listener.routing.topics import topic_matches
@@ -187,6 +189,9 @@ class HttpApi:
         self.settings_file = live_settings.runtime_file(str(config["data_dir"]))
         self.settings_lock = threading.Lock()
         self.settings_file.clear()
+        self.listeners_file = fronts.fronts_file(str(config["data_dir"]))
+        self.listeners_lock = threading.Lock()
+        self.listeners_file.clear()
         self._announced = threading.Event()
 
     def start(self) -> None:
@@ -220,7 +225,7 @@ class HttpApi:
     def handle(self, req: BaseHTTPRequestHandler) -> None:
         url = urlsplit(req.path)
         query = parse_qs(url.query)
-        routes = {
+        routes: dict[str, Callable[[dict[str, list[str]]], tuple[int, Any]]] = {
             "/health": self.health,
             "/status": self.status,
             "/metrics": self.metrics,
@@ -230,6 +235,10 @@ class HttpApi:
             "/api/v1/session/show": self.session_show,
             "/api/v1/retain/show": self.retain_show,
             "/api/v1/listener/show": self.listener_show,
+            "/api/v1/listener/stop": functools.partial(self.listener_change, "stop"),
+            "/api/v1/listener/restart": functools.partial(self.listener_change, "restart"),
+            "/api/v1/listener/start": functools.partial(self.listener_change, "start"),
+            "/api/v1/listener/delete": functools.partial(self.listener_change, "delete"),
             "/api/v1/webhooks/show": self.webhooks_show,
             "/api/v1/webhooks/register": self.webhooks_register,
             "/api/v1/webhooks/deregister": self.webhooks_deregister,
@@ -426,27 +435,68 @@ class HttpApi:
             for call in calls:
                 call.cancel()
 
-    def listener_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
-        running = self.client.status("listener").get("accepting", False)
-        kinds = {"tcp": "mqtt", "ssl": "mqtts", "ws": "mqttws", "wss": "mqttwss"}  # VerneMQ's
-        listeners = [
+    def _listeners(self) -> tuple[int, list[dict[str, Any]]]:
+        """The node's listeners now: the runtime file's rows, or the configuration's."""
+        loaded = self.listeners_file.load()
+        if loaded is not None:
+            return loaded[0], list(loaded[1])
+        configured = [
             *tcp_listeners(self.config),
             *ssl_listeners(self.config),
             *ws_listeners(self.config),
         ]
-        return HTTPStatus.OK, [
-            {
-                "type": kinds[lst.transport],
-                "name": lst.name,
-                "address": lst.host,
-                "port": lst.port,
-                "mountpoint": lst.mountpoint,
-                "status": "running" if running else "stopped",
-                "max_conns": lst.max_connections,
-                "protocols": ",".join(str(v) for v in sorted(lst.allowed_versions)),
+        return 0, [fronts.row_of(lst) for lst in configured]
+
+    def _listening(self) -> set[str] | None:
+        """What every running listener process listens on (None: one did not answer)."""
+        out: set[str] | None = None
+        for name, child in self.children().items():
+            if not name.startswith("listener") or not child["running"]:
+                continue
+            status = self.client.status(name)
+            if not status.get("ready"):
+                return None
+            seen = set(status.get("listening", []))
+            out = seen if out is None else out & seen
+        return out
+
+    def listener_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
+        listening = self._listening()
+        rows = []
+        for row in self._listeners()[1]:
+            address = f"{row['type']}://{row['address']}:{row['port']}"
+            status = row["status"]
+            if status == "running" and listening is not None and address not in listening:
+                status = "failed"  # wanted, but a process could not listen (listener.changed)
+            rows.append({**{k: v for k, v in row.items() if k != "kill"}, "status": status})
+        return HTTPStatus.OK, rows
+
+    def listener_change(self, op: str, q: dict[str, list[str]]) -> tuple[int, Any]:
+        """``listener stop|restart|start|delete address=.. port=..``: every listener
+        process of the node has applied it when this answers."""
+        args = {k: v[0] for k, v in q.items()}
+        with self.listeners_lock:
+            generation, current = self._listeners()
+            changed = fronts.change(current, op, args)
+            if isinstance(changed, str):
+                return HTTPStatus.BAD_REQUEST, {"error": f"can't {op} listener: {changed}"}
+            self.listeners_file.save(generation + 1, changed)
+            late = self._await_applied(self.listeners_file, generation + 1, ("listener",))
+        if late:
+            return HTTPStatus.GATEWAY_TIMEOUT, {
+                "error": f"{op}: not yet applied by {', '.join(late)}"
             }
-            for lst in listeners
-        ]
+        address = f"{args['address']}:{args['port']}"
+        listening = self._listening() or set()
+        for row in changed:
+            if f"{row['address']}:{row['port']}" != address or row["status"] != "running":
+                continue
+            if f"{row['type']}://{address}" not in listening:
+                why = "its listener.changed event says why"
+                return HTTPStatus.INTERNAL_SERVER_ERROR, {
+                    "error": f"{op}: not listening on {address} ({why})"
+                }
+        return HTTPStatus.OK, {"done": op, "listener": address}
 
     def _webhooks(self) -> tuple[int, list[dict[str, Any]]]:
         """The node's webhooks now: the runtime file's, or the configuration's."""
