@@ -399,11 +399,18 @@ def metrics_show(ctx: click.Context) -> None:
 
 @cli.command("show")
 @click.argument("keys", nargs=-1, required=True)
+@click.option("--all", "everywhere", is_flag=True, help="One row per node of the cluster.")
 @click.pass_context
-def show(ctx: click.Context, keys: tuple[str, ...]) -> None:
-    """Show configuration values."""
-    data = ctx.obj["node"].get("/api/v1/show", key=list(keys))
-    _emit(ctx, [{"key": k, "value": v} for k, v in data.items()] if not ctx.obj["json"] else data)
+def show(ctx: click.Context, keys: tuple[str, ...], everywhere: bool) -> None:
+    """Show configuration values, as the node runs with them (``set`` included)."""
+    data = ctx.obj["node"].get("/api/v1/show", key=list(keys), all="1" if everywhere else None)
+    if ctx.obj["json"]:
+        _emit(ctx, data)
+    elif everywhere:
+        errors = any("error" in row for row in data)
+        _emit(ctx, data, ["node", *keys, *(["error"] if errors else [])])
+    else:
+        _emit(ctx, [{"key": k, "value": v} for k, v in data.items()])
 
 
 @cli.command("set")

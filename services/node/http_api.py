@@ -602,22 +602,27 @@ class HttpApi:
 
     def _set_elsewhere(self, pairs: list[str]) -> dict[str, str]:
         """Each other member's answer to the same ``set``: "ok", or why not."""
+        answers = self._elsewhere("/api/v1/set", [("set", p) for p in pairs])
+        return {node: "ok" if ok else f"not set: {body}" for node, (ok, body) in answers.items()}
+
+    def _elsewhere(self, path: str, query: list[tuple[str, str]]) -> dict[str, tuple[bool, Any]]:
+        """Each other member's answer to ``path``: (True, its JSON) or (False, why not)."""
         gossip = self.client.status("gossip").get("cluster")
         if not isinstance(gossip, dict):
-            return {"?": "the gossip service does not answer"}
-        out: dict[str, str] = {}
+            return {"?": (False, "the gossip service does not answer")}
+        out: dict[str, tuple[bool, Any]] = {}
         for member in gossip["members"]:
             node = member["node"]
             if node == self.config["nodename"]:
                 continue
             if member["state"] != "up":
-                out[node] = f"not set: {member['state']}"
+                out[node] = (False, member["state"])
                 continue
             address = self.client.admin_address(node)
             if not address:
-                out[node] = "not set: its HTTP address is not known (listener.http.default)"
+                out[node] = (False, "its HTTP address is not known (listener.http.default)")
                 continue
-            out[node] = _remote_set(address, pairs)
+            out[node] = _remote_get(address, path, query)
         return out
 
     def announce(self) -> None:
@@ -632,12 +637,22 @@ class HttpApi:
                 self._announced.wait(0.5)
 
     def show(self, q: dict[str, list[str]]) -> tuple[int, Any]:
+        """``key=K`` (repeated): the values this node runs with; with ``all=1``, one row
+        per member, each as that node tells it (``vmq-admin show ... --all``)."""
         keys = q.get("key", [])
         unknown = [k for k in keys if k not in self.config]
         if unknown:
             return HTTPStatus.NOT_FOUND, {"error": f"unknown keys: {', '.join(unknown)}"}
         current = self._current()
-        return HTTPStatus.OK, {k: current[k] for k in keys}
+        here = {k: current[k] for k in keys}
+        if q.get("all", ["0"])[0] not in ("1", "true", "on"):
+            return HTTPStatus.OK, here
+        rows = [{"node": self.config["nodename"], **here}]
+        for node, (ok, body) in sorted(
+            self._elsewhere("/api/v1/show", [("key", k) for k in keys]).items()
+        ):
+            rows.append({"node": node, **body} if ok else {"node": node, "error": body})
+        return HTTPStatus.OK, rows
 
     def plugin_show(self, _q: dict[str, list[str]]) -> tuple[int, Any]:
         return HTTPStatus.OK, [
@@ -647,20 +662,19 @@ class HttpApi:
         ]
 
 
-def _remote_set(address: str, pairs: list[str]) -> str:
-    """``set`` on another node's admin API: "ok", or its error."""
-    url = f"http://{address}/api/v1/set?" + urlencode([("set", p) for p in pairs])
+def _remote_get(address: str, path: str, query: list[tuple[str, str]]) -> tuple[bool, Any]:
+    """Another node's admin API: (True, its JSON) or (False, its error)."""
+    url = f"http://{address}{path}?" + urlencode(query)
     try:
         with urllib.request.urlopen(url, timeout=_APPLY_TIMEOUT + 5) as resp:
-            resp.read()
-        return "ok"
+            return True, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         try:
-            return str(json.loads(exc.read()).get("error", exc.reason))
+            return False, str(json.loads(exc.read()).get("error", exc.reason))
         except ValueError:
-            return str(exc.reason)
-    except (urllib.error.URLError, OSError) as exc:
-        return f"unreachable: {exc}"
+            return False, str(exc.reason)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return False, f"unreachable: {exc}"
 
 
 _TRACE_DEFAULTS = {"rate_max": 10, "rate_interval_ms": 100, "payload_limit": 200, "seconds": 0}

@@ -10,6 +10,7 @@ bounds; convergence times are measured in bench/, not asserted here.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -221,6 +222,13 @@ def test_set_all_changes_a_setting_on_every_node(cluster: Path) -> None:
         assert f"{N2}: ok" in done.stdout and f"{N3}: ok" in done.stdout
         for node in (N1, N2, N3):
             assert shown(node) == 12, node
+        rows = _admin(N2, "--json", "show", "max_client_id_size", "--all")
+        assert rows.returncode == 0, rows.stderr
+        assert sorted((r["node"], r["max_client_id_size"]) for r in json.loads(rows.stdout)) == [
+            (N1, 12),
+            (N2, 12),
+            (N3, 12),
+        ]
         refused = Client(long_id, MQTT[N3])
         refused.connect(expect_ok=False)
         assert refused.reason_code.is_failure
