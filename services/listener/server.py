@@ -54,7 +54,7 @@ from services.listener.config import (
 from services.listener.connection import Connection
 from services.listener.forward import receiver as forward_receiver
 from services.listener.forward.receiver import ForwardServicer
-from services.listener.fronts import Front, Fronts, fronts_file
+from services.listener.fronts import Front, Fronts, Key, fronts_file, key_of
 from services.listener.gate import ConnectionGate
 from services.listener.metrics import ListenerMetrics
 from services.listener.mqtt.codes import ReasonCode
@@ -389,12 +389,15 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         )
 
     # Each listener's session limits, taken by each CONNECT as they are then: a
-    # ``ternmq-admin set`` of a limit swaps them (``live_settings``).
-    live_limits: list[tuple[TcpListener, list[SessionLimits]]] = []
+    # ``ternmq-admin set`` of a limit swaps them (``live_settings``), and a listener
+    # (re)started later takes the settings of that moment.
+    live = live_settings.live()
+    live_limits: dict[Key, tuple[TcpListener, list[SessionLimits]]] = {}
 
     def limits_of(lst: TcpListener) -> list[SessionLimits]:
-        holder = [SessionLimits.from_config(config, lst.mountpoint, lst.allowed_versions)]
-        live_limits.append((lst, holder))
+        current = live.current if live is not None else config
+        holder = [SessionLimits.from_config(current, lst.mountpoint, lst.allowed_versions)]
+        live_limits[key_of(lst)] = (lst, holder)
         return holder
 
     reuse_port = settings.reuse_port or settings.processes > 1
@@ -474,11 +477,10 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
     listening.append(fronts)
 
     def new_limits(current: Config) -> None:
-        for lst, holder in live_limits:
+        for lst, holder in live_limits.values():
             holder[0] = SessionLimits.from_config(current, lst.mountpoint, lst.allowed_versions)
         broker.apply_settings(current)
 
-    live = live_settings.live()
     if live is not None:
         live.on_change(new_limits)
     # ternmq-admin listener stop|restart|start|delete, from the node's file of them

@@ -131,3 +131,21 @@ def test_a_port_in_use_is_refused_with_the_reason(node: Node) -> None:
         admin(node, "listener", "delete", "address=127.0.0.1", f"port={port}")
     usage = admin(node, "listener", "stop", "port=1")
     assert usage.returncode == 2 and "address=IP port=PORT" in usage.stderr
+
+
+def test_a_listener_started_after_a_set_takes_the_settings_of_that_moment(node: Node) -> None:
+    port = free_port()
+    assert admin(node, "set", "max_client_id_size=6").returncode == 0
+    try:
+        done = admin(node, "listener", "start", "address=127.0.0.1", f"port={port}")
+        assert done.returncode == 0, done.stderr
+        for _ in range(4):  # both listener processes
+            long = Client("seven77", port)
+            long.connect(expect_ok=False)
+            assert long.reason_code.is_failure
+            long.disconnect()
+        Client("six666", port).connect().disconnect()
+    finally:
+        assert admin(node, "set", "max_client_id_size=100").returncode == 0
+        admin(node, "listener", "stop", "address=127.0.0.1", f"port={port}")
+        admin(node, "listener", "delete", "address=127.0.0.1", f"port={port}")
