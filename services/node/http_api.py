@@ -629,9 +629,12 @@ class HttpApi:
         """Tell the cluster where this node's admin API listens (gossip prefix
         ``admins``), once its gossip service answers: ``set --all`` finds it there."""
         address = self.config["listener.http.default"]
-        while address != "off" and not self._announced.is_set():
+        if address == "off":
+            return
+        reachable = advertised(str(address), str(self.config["nodename"]))
+        while not self._announced.is_set():
             try:
-                self.client.put_admin_address(str(self.config["nodename"]), address)
+                self.client.put_admin_address(str(self.config["nodename"]), reachable)
                 self._announced.set()
             except grpc.RpcError:
                 self._announced.wait(0.5)
@@ -660,6 +663,16 @@ class HttpApi:
             for key, value in sorted(self.config.items())
             if key.startswith("plugins.")
         ]
+
+
+def advertised(address: str, nodename: str) -> str:
+    """Where other nodes reach an admin API bound to ``address``: a wildcard host
+    (0.0.0.0, ::) is replaced by the host of the node's name (``name@host``)."""
+    host, _, port = address.rpartition(":")
+    if host.strip("[]") in ("", "0.0.0.0", "::"):
+        node_host = nodename.partition("@")[2] or "127.0.0.1"
+        host = f"[{node_host}]" if ":" in node_host else node_host
+    return f"{host}:{port}"
 
 
 def _remote_get(address: str, path: str, query: list[tuple[str, str]]) -> tuple[bool, Any]:

@@ -86,3 +86,11 @@ def test_a_process_applies_the_file_from_its_configuration_each_time(
         assert file.applied(os.getpid()) == 2
     finally:
         log._state.level = level
+
+
+def test_an_admin_api_on_a_wildcard_address_is_announced_at_the_nodes_host() -> None:
+    from services.node.http_api import advertised
+
+    assert advertised("127.0.0.1:8888", "n1@10.0.0.5") == "127.0.0.1:8888"
+    assert advertised("0.0.0.0:8888", "n1@10.0.0.5") == "10.0.0.5:8888"
+    assert advertised("[::]:8888", "n1@fd00::5") == "[fd00::5]:8888"
