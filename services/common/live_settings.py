@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.common import log
-from services.common.config import Config
+from services.common.config import Config, ConfigError
 from services.common.runtime_file import RuntimeFile, Watcher
 from services.common.settings import SettingError
 
@@ -75,7 +75,10 @@ class LiveSettings:
 
     def apply(self, values: Values) -> None:
         """The file's values (all of them, not a difference): from the base again."""
-        current = self.base.with_overrides({str(k): str(v) for k, v in values.items()})
+        try:
+            current = self.base.with_overrides({str(k): str(v) for k, v in values.items()})
+        except ConfigError as exc:  # a hand-edited file: the watcher logs it, keeps going
+            raise ValueError(str(exc)) from exc
         self.values, self.current = dict(values), current
         log.set_level(str(current["log.level"]))
         log.set_message_events(bool(current["log.message_events"]))

@@ -94,3 +94,15 @@ def test_an_admin_api_on_a_wildcard_address_is_announced_at_the_nodes_host() -> 
     assert advertised("127.0.0.1:8888", "n1@10.0.0.5") == "127.0.0.1:8888"
     assert advertised("0.0.0.0:8888", "n1@10.0.0.5") == "10.0.0.5:8888"
     assert advertised("[::]:8888", "n1@fd00::5") == "[fd00::5]:8888"
+
+
+def test_a_hand_edited_file_with_a_bad_value_is_logged_and_changes_nothing(
+    config,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    live = live_settings.LiveSettings(config)
+    file = live_settings.runtime_file(str(tmp_path))
+    watcher = Watcher(file, live.apply, "settings.runtime")
+    file.save(1, {"max_client_id_size": "lots"})
+    assert not watcher.check()
+    assert live.current["max_client_id_size"] == 64 and file.applied(os.getpid()) == 0
