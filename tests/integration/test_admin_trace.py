@@ -139,3 +139,22 @@ def test_a_trace_without_a_client_id_is_a_usage_error(node: Node) -> None:
         timeout=30,
     )
     assert done.returncode == 2 and "client-id=ID" in done.stderr
+
+
+def test_bad_trace_options_are_refused_with_the_reason(node: Node) -> None:
+    done = subprocess.run(
+        [
+            str(BIN / "ternmq-admin"),
+            "--node",
+            f"127.0.0.1:{node.http_port}",
+            "trace",
+            "client",
+            "client-id=x",
+            "--rate-max",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1 and "bad trace option" in done.stderr, done.stderr
