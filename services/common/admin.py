@@ -270,7 +270,7 @@ _WHERE = click.argument("args", nargs=-1, metavar="address=IP port=PORT")
 @click.pass_context
 def listener_stop(ctx: click.Context, args: tuple[str, ...], kill: bool) -> None:
     """Stop accepting connections on a listener (its connections stay, unless -k),
-    until ``restart`` or the node's next start."""
+    until 'restart' or the node's next start."""
     _listener_op(ctx, "stop", {**_where(args), "kill_sessions": "1" if kill else None})
 
 
@@ -402,7 +402,7 @@ def metrics_show(ctx: click.Context) -> None:
 @click.option("--all", "everywhere", is_flag=True, help="One row per node of the cluster.")
 @click.pass_context
 def show(ctx: click.Context, keys: tuple[str, ...], everywhere: bool) -> None:
-    """Show configuration values, as the node runs with them (``set`` included)."""
+    """Show configuration values, as the node runs with them ('set' included)."""
     data = ctx.obj["node"].get("/api/v1/show", key=list(keys), all="1" if everywhere else None)
     if ctx.obj["json"]:
         _emit(ctx, data)
@@ -418,7 +418,7 @@ def show(ctx: click.Context, keys: tuple[str, ...], everywhere: bool) -> None:
 @click.option("--all", "everywhere", is_flag=True, help="On every node of the cluster.")
 @click.pass_context
 def set_values(ctx: click.Context, pairs: tuple[str, ...], everywhere: bool) -> None:
-    """Change settings while the node runs, until it stops (``ternmq.conf`` applies again
+    """Change settings while the node runs, until it stops (ternmq.conf applies again
     at the next start). Only some keys may change: the answer names any that may not."""
     data = ctx.obj["node"].get("/api/v1/set", set=list(pairs), all="1" if everywhere else None)
     if ctx.obj["json"]:
@@ -454,8 +454,8 @@ def trace_client(
     payload_limit: int,
     duration: int,
 ) -> None:
-    """What one client sends and receives on this node, live, as ``vmq-admin trace
-    client``: MQTT RECV is from the client, MQTT SEND to it. Lines over the rate limit
+    """What one client sends and receives on this node, live, as 'vmq-admin trace
+    client': MQTT RECV is from the client, MQTT SEND to it. Lines over the rate limit
     are dropped and counted; passwords are never shown."""
     client_id = _named(arg, "client-id", "ID")
     query = {
