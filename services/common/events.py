@@ -132,6 +132,15 @@ _SPECS: Final = [
         waited_s="float",
     ),
     _e(
+        "session.claim_refused",
+        "A CONNECT's claim of its client id in the cluster's session directory was "
+        "refused (the client gets 0x88 / server unavailable and retries): why. The "
+        "claim may still have taken effect in the register; the retry finds it.",
+        client_id="str",
+        mountpoint="str",
+        reason="str",
+    ),
+    _e(
         "session.claimed",
         "This node won a client id's register for a CONNECT (debug): what the register "
         "held before and how the session came here (path: new, here, released, "

@@ -269,6 +269,14 @@ class Registrar:
                     claimed = await self.claims.claim(c)
                 except ClaimRefused as exc:
                     self._claims_refused.inc()
+                    # The listener logs client.rejected "registry"; why, only this knows.
+                    log.emit(
+                        "session.claim_refused",
+                        "warning",
+                        client_id=c.key[1],
+                        mountpoint=c.key[0],
+                        reason=str(exc),
+                    )
                     return RegisterResult(False, reason=str(exc), reason_code=RC_SERVER_UNAVAILABLE)
                 except StoreError as exc:
                     return self._store_failed("register", exc)

@@ -251,6 +251,17 @@ def test_a_persistent_session_on_a_dead_node_is_refused_until_it_returns(cluster
         fresh = Client("x-dead-v4", MQTT[N2], version=4, clean=True).connect()
         assert not fresh.session_present
         fresh.disconnect()
+
+        def refused_why() -> list[object]:
+            return [
+                e.get("reason")
+                for e in _events(cluster, N1, "registry", "session.claim_refused")
+                if e.get("client_id") == "x-dead"
+            ]
+
+        # the registry says why it refused; the listener's client.rejected only "registry"
+        wait_for(lambda: len(refused_why()) >= 2, BOUND, 0.2, "session.claim_refused on n1")
+        assert all(N3 in str(why) and "down" in str(why) for why in refused_why())
         _restart_n3(cluster)
         wait_for(lambda: health(N3) == 200, 60, 0.5, "n3 healthy again")
         wait_for(lambda: states(N1).get(N3) == "up", BOUND, 0.2, "n3 up on n1")
