@@ -7,19 +7,15 @@ port already in use is refused with the reason."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from tests.support.admin import admin
 from tests.support.clients import Client
 from tests.support.node import Node, free_port, make_node, wait_for
 
 pytestmark = [pytest.mark.integration]
-
-BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +24,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     n.start()
     yield n
     assert n.stop() == 0, n.output()
-
-
-def admin(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "ternmq-admin"), "--node", f"127.0.0.1:{node.http_port}", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def refused(port: int) -> bool:
@@ -60,17 +47,22 @@ def shown(node: Node, port: int) -> str | None:
 
 def test_a_listener_started_stopped_restarted_and_deleted_at_run_time(node: Node) -> None:
     port = free_port()
-    done = admin(node, "listener", "start", "address=127.0.0.1", f"port={port}")
+    done = admin(node.http_port, "listener", "start", "address=127.0.0.1", f"port={port}")
     assert done.returncode == 0 and "Done" in done.stdout, done.stderr
     assert shown(node, port) == "running"
     clients = [Client(f"rt-{i}", port, version=5).connect() for i in range(4)]
     try:
-        assert admin(node, "listener", "stop", "address=127.0.0.1", f"port={port}").returncode == 0
+        assert (
+            admin(
+                node.http_port, "listener", "stop", "address=127.0.0.1", f"port={port}"
+            ).returncode
+            == 0
+        )
         assert shown(node, port) == "stopped"
         assert refused(port)
         for c in clients:  # a stop keeps the connections it had accepted
             c.subscribe(f"rt/{c.client_id}", 1)
-        done = admin(node, "listener", "stop", "address=127.0.0.1", f"port={port}", "-k")
+        done = admin(node.http_port, "listener", "stop", "address=127.0.0.1", f"port={port}", "-k")
         assert done.returncode == 0, done.stderr
         for c in clients:
             assert c.disconnected.wait(15), c.client_id
@@ -81,27 +73,38 @@ def test_a_listener_started_stopped_restarted_and_deleted_at_run_time(node: Node
     ended = [e for e in node.events("listener.changed") if e.get("sessions")]
     assert sum(int(e["sessions"]) for e in ended) == 4  # each process ended its own
     assert "in use" not in str(ended)
-    assert admin(node, "listener", "restart", "address=127.0.0.1", f"port={port}").returncode == 0
+    assert (
+        admin(node.http_port, "listener", "restart", "address=127.0.0.1", f"port={port}").returncode
+        == 0
+    )
     Client("rt-again", port).connect().disconnect()
-    busy = admin(node, "listener", "delete", "address=127.0.0.1", f"port={port}")
+    busy = admin(node.http_port, "listener", "delete", "address=127.0.0.1", f"port={port}")
     assert busy.returncode == 1 and "stop it first" in busy.stderr
-    assert admin(node, "listener", "stop", "address=127.0.0.1", f"port={port}").returncode == 0
-    assert admin(node, "listener", "delete", "address=127.0.0.1", f"port={port}").returncode == 0
+    assert (
+        admin(node.http_port, "listener", "stop", "address=127.0.0.1", f"port={port}").returncode
+        == 0
+    )
+    assert (
+        admin(node.http_port, "listener", "delete", "address=127.0.0.1", f"port={port}").returncode
+        == 0
+    )
     assert shown(node, port) is None and refused(port)
 
 
 def test_the_configured_listener_stops_and_restarts(node: Node) -> None:
     c = Client("cfg-online", node.mqtt_port).connect()
     try:
-        stop = admin(node, "listener", "stop", "address=127.0.0.1", f"port={node.mqtt_port}")
+        stop = admin(
+            node.http_port, "listener", "stop", "address=127.0.0.1", f"port={node.mqtt_port}"
+        )
         assert stop.returncode == 0, stop.stderr
         assert refused(node.mqtt_port)
         c.publish("cfg/t", b"still here", qos=1, tag=1)  # its connection stays
         wait_for(lambda: bool(c.acked), 10, what="the PUBACK on a stopped listener")
-        table = admin(node, "listener", "show").stdout
+        table = admin(node.http_port, "listener", "show").stdout
         assert "stopped" in table and str(node.mqtt_port) in table
     finally:
-        admin(node, "listener", "restart", "address=127.0.0.1", f"port={node.mqtt_port}")
+        admin(node.http_port, "listener", "restart", "address=127.0.0.1", f"port={node.mqtt_port}")
         c.disconnect()
     Client("cfg-again", node.mqtt_port).connect().disconnect()
 
@@ -112,7 +115,7 @@ def test_a_port_in_use_is_refused_with_the_reason(node: Node) -> None:
     holder.listen()
     port = holder.getsockname()[1]
     try:
-        done = admin(node, "listener", "start", "address=127.0.0.1", f"port={port}")
+        done = admin(node.http_port, "listener", "start", "address=127.0.0.1", f"port={port}")
         assert done.returncode == 1 and f"not listening on 127.0.0.1:{port}" in done.stderr
         assert shown(node, port) == "failed"
         failed = [e for e in node.events("listener.changed") if e.get("state") == "failed"]
@@ -127,17 +130,17 @@ def test_a_port_in_use_is_refused_with_the_reason(node: Node) -> None:
         )
     finally:
         holder.close()
-        admin(node, "listener", "stop", "address=127.0.0.1", f"port={port}")
-        admin(node, "listener", "delete", "address=127.0.0.1", f"port={port}")
-    usage = admin(node, "listener", "stop", "port=1")
+        admin(node.http_port, "listener", "stop", "address=127.0.0.1", f"port={port}")
+        admin(node.http_port, "listener", "delete", "address=127.0.0.1", f"port={port}")
+    usage = admin(node.http_port, "listener", "stop", "port=1")
     assert usage.returncode == 2 and "address=IP port=PORT" in usage.stderr
 
 
 def test_a_listener_started_after_a_set_takes_the_settings_of_that_moment(node: Node) -> None:
     port = free_port()
-    assert admin(node, "set", "max_client_id_size=6").returncode == 0
+    assert admin(node.http_port, "set", "max_client_id_size=6").returncode == 0
     try:
-        done = admin(node, "listener", "start", "address=127.0.0.1", f"port={port}")
+        done = admin(node.http_port, "listener", "start", "address=127.0.0.1", f"port={port}")
         assert done.returncode == 0, done.stderr
         for _ in range(4):  # both listener processes
             long = Client("seven77", port)
@@ -146,6 +149,6 @@ def test_a_listener_started_after_a_set_takes_the_settings_of_that_moment(node: 
             long.disconnect()
         Client("six666", port).connect().disconnect()
     finally:
-        assert admin(node, "set", "max_client_id_size=100").returncode == 0
-        admin(node, "listener", "stop", "address=127.0.0.1", f"port={port}")
-        admin(node, "listener", "delete", "address=127.0.0.1", f"port={port}")
+        assert admin(node.http_port, "set", "max_client_id_size=100").returncode == 0
+        admin(node.http_port, "listener", "stop", "address=127.0.0.1", f"port={port}")
+        admin(node.http_port, "listener", "delete", "address=127.0.0.1", f"port={port}")

@@ -6,32 +6,19 @@ applied, and a restart brings ``ternmq.conf`` back."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
+from tests.support.admin import admin
 from tests.support.clients import Client
 from tests.support.node import Node, wait_for
 
 pytestmark = [pytest.mark.integration]
 
-BIN = Path(sys.executable).parent
-
-
-def admin(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "ternmq-admin"), "--node", f"127.0.0.1:{node.http_port}", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-
 
 def shown(node: Node, key: str) -> object:
-    done = admin(node, "--json", "show", key)
+    done = admin(node.http_port, "--json", "show", key)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[key]
 
@@ -47,7 +34,7 @@ def accepted(node: Node, client_id: str) -> bool:
 def test_a_limit_set_applies_to_the_next_connection(fresh_node: Node) -> None:
     fresh_node.start()
     assert accepted(fresh_node, "abcdefgh")  # the default allows 100 bytes
-    done = admin(fresh_node, "set", "max_client_id_size=5")
+    done = admin(fresh_node.http_port, "set", "max_client_id_size=5")
     assert done.returncode == 0, done.stderr
     assert "max_client_id_size" in done.stdout and "5" in done.stdout
     assert shown(fresh_node, "max_client_id_size") == 5
@@ -62,13 +49,15 @@ def test_a_limit_set_applies_to_the_next_connection(fresh_node: Node) -> None:
 
 def test_what_cannot_change_is_refused_and_nothing_is_applied(node: Node) -> None:
     before = shown(node, "max_inflight_messages")
-    done = admin(node, "set", "max_inflight_messages=7", "listener.tcp.default=127.0.0.1:1")
+    done = admin(
+        node.http_port, "set", "max_inflight_messages=7", "listener.tcp.default=127.0.0.1:1"
+    )
     assert done.returncode == 1
     assert "listener.tcp.default cannot be changed while the node runs" in done.stderr
     assert shown(node, "max_inflight_messages") == before
-    typo = admin(node, "set", "max_inflight_mesages=7")
+    typo = admin(node.http_port, "set", "max_inflight_mesages=7")
     assert typo.returncode == 1 and "did you mean 'max_inflight_messages'" in typo.stderr
-    bad = admin(node, "set", "retry_interval=soon")
+    bad = admin(node.http_port, "set", "retry_interval=soon")
     assert bad.returncode == 1 and "retry_interval" in bad.stderr
 
 
@@ -83,10 +72,10 @@ def test_log_settings_reach_every_service_at_once(node: Node) -> None:
     try:
         assert accepted(node, before)
         wait_for(lambda: connected(before), 10, what="the control's client.connected")
-        assert admin(node, "set", "log.level=warning").returncode == 0
+        assert admin(node.http_port, "set", "log.level=warning").returncode == 0
         assert accepted(node, after)
         node.settle_logs()
         assert not connected(after)
         assert shown(node, "log.level") == "warning"
     finally:
-        assert admin(node, "set", "log.level=info").returncode == 0
+        assert admin(node.http_port, "set", "log.level=info").returncode == 0

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.admin import admin
 from tests.support.clients import Client
 from tests.support.node import Node, wait_for
 
@@ -132,29 +133,10 @@ def test_a_trace_whose_reader_goes_away_stops_in_the_listener(node: Node) -> Non
 
 
 def test_a_trace_without_a_client_id_is_a_usage_error(node: Node) -> None:
-    done = subprocess.run(
-        [str(BIN / "ternmq-admin"), "--node", f"127.0.0.1:{node.http_port}", "trace", "client"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = admin(node.http_port, "trace", "client")
     assert done.returncode == 2 and "client-id=ID" in done.stderr
 
 
 def test_bad_trace_options_are_refused_with_the_reason(node: Node) -> None:
-    done = subprocess.run(
-        [
-            str(BIN / "ternmq-admin"),
-            "--node",
-            f"127.0.0.1:{node.http_port}",
-            "trace",
-            "client",
-            "client-id=x",
-            "--rate-max",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = admin(node.http_port, "trace", "client", "client-id=x", "--rate-max", "0")
     assert done.returncode == 1 and "bad trace option" in done.stderr, done.stderr

@@ -26,6 +26,7 @@ from services.common.grpcutil import service_address
 from services.node.schema import schema
 from services.pb import gossip_pb2, gossip_pb2_grpc
 from tests.integration.test_cluster_membership import HTTP, N1, N2, N3, get, health, states
+from tests.support.admin import admin
 from tests.support.clients import Client, mosquitto_pub, until_routed
 from tests.support.cluster import dev_cluster
 from tests.support.node import wait_for
@@ -198,15 +199,6 @@ def test_a_will_reaches_a_subscriber_on_another_node_once(cluster: Path) -> None
         sub.disconnect()
 
 
-def _admin(node: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "ternmq-admin"), "--node", f"127.0.0.1:{HTTP[node]}", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_set_all_changes_a_setting_on_every_node(cluster: Path) -> None:
     """``ternmq-admin set ... --all``, as ``vmq-admin set ... --all``: the node asked
     sets it on every member (each found through gossip's ``admins`` records)."""
@@ -217,12 +209,12 @@ def test_set_all_changes_a_setting_on_every_node(cluster: Path) -> None:
 
     long_id = "set-all-client-id"  # 17 bytes
     try:
-        done = _admin(N1, "set", "max_client_id_size=12", "--all")
+        done = admin(HTTP[N1], "set", "max_client_id_size=12", "--all")
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"{N2}: ok" in done.stdout and f"{N3}: ok" in done.stdout
         for node in (N1, N2, N3):
             assert shown(node) == 12, node
-        rows = _admin(N2, "--json", "show", "max_client_id_size", "--all")
+        rows = admin(HTTP[N2], "--json", "show", "max_client_id_size", "--all")
         assert rows.returncode == 0, rows.stderr
         assert sorted((r["node"], r["max_client_id_size"]) for r in json.loads(rows.stdout)) == [
             (N1, 12),
@@ -234,7 +226,7 @@ def test_set_all_changes_a_setting_on_every_node(cluster: Path) -> None:
         assert refused.reason_code.is_failure
         refused.disconnect()
     finally:
-        assert _admin(N1, "set", "max_client_id_size=100", "--all").returncode == 0
+        assert admin(HTTP[N1], "set", "max_client_id_size=100", "--all").returncode == 0
     assert shown(N2) == 100
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from services.common.pids import alive
+from tests.support.admin import admin
 from tests.support.clients import Client
 from tests.support.cluster import dev_cluster, start_node
 from tests.support.node import complete_lines, free_port, wait_for
@@ -187,15 +188,6 @@ def test_a_paused_node_is_found_by_heartbeats_and_the_minority_says_503(cluster:
 
 def _restart_n3(cluster: Path) -> None:
     start_node(cluster, N3)
-
-
-def admin(port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "ternmq-admin"), "--node", f"127.0.0.1:{port}", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
 
 def test_a_restarted_node_comes_back_with_its_data(cluster: Path) -> None:
