@@ -10,7 +10,7 @@ import json
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 from urllib.parse import urlencode
 
@@ -243,14 +243,24 @@ def listener_show(ctx: click.Context) -> None:
     )
 
 
-def _where(args: tuple[str, ...]) -> dict[str, str]:
-    """``address=IP port=PORT``, as ``vmq-admin listener`` takes them."""
+def _key_values(
+    args: tuple[str, ...], allowed: tuple[str, ...], rename: Callable[[str], str] = str
+) -> dict[str, str]:
+    """VerneMQ-style ``key=value`` arguments, each of ``allowed`` at most once (a usage
+    error otherwise); ``rename`` maps a spelling to its key first."""
     out: dict[str, str] = {}
     for arg in args:
         key, sep, value = arg.partition("=")
-        if not sep or key not in ("address", "port") or key in out:
+        key = rename(key)
+        if not sep or key not in allowed or key in out:
             raise click.UsageError(f"unexpected argument {arg!r}")
         out[key] = value
+    return out
+
+
+def _where(args: tuple[str, ...]) -> dict[str, str]:
+    """``address=IP port=PORT``, as ``vmq-admin listener`` takes them."""
+    out = _key_values(args, ("address", "port"))
     if set(out) != {"address", "port"}:
         raise click.UsageError("expected address=IP port=PORT")
     return out
@@ -339,13 +349,11 @@ def webhooks_show(ctx: click.Context) -> None:
 def _webhook_args(args: tuple[str, ...], flags: dict[str, str | None]) -> dict[str, str]:
     """``hook=NAME endpoint=URL [base64_payload=true|false]`` (VerneMQ's ``vmq-admin
     webhooks register`` also takes ``--base64payload=…``: both are accepted)."""
-    out: dict[str, str] = {}
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        key = key.lstrip("-").replace("base64payload", "base64_payload")
-        if not sep or key not in ("hook", "endpoint", "base64_payload") or key in out:
-            raise click.UsageError(f"unexpected argument {arg!r}")
-        out[key] = value
+    out = _key_values(
+        args,
+        ("hook", "endpoint", "base64_payload"),
+        lambda key: key.lstrip("-").replace("base64payload", "base64_payload"),
+    )
     out.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("hook", "endpoint") if not out.get(k)]
     if missing:
