@@ -144,8 +144,8 @@ _SPECS: Final = [
         "session.claimed",
         "This node won a client id's register for a CONNECT (debug): what the register "
         "held before and how the session came here (path: new, here, released, "
-        "lost_attempt, handover, handover_replicated, handover_absent, kept, reclaimed, "
-        "failover, failover_absent, evicted, owed).",
+        "lost_attempt, lost_attempt_failover, handover, handover_replicated, "
+        "handover_absent, kept, reclaimed, failover, failover_absent, evicted, owed).",
         client_id="str",
         mountpoint="str",
         epoch="int",

@@ -271,7 +271,7 @@ class OpenRequest(_message.Message):
     def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., epoch: _Optional[int] = ..., create: _Optional[bool] = ..., clean: _Optional[bool] = ..., max_len: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., max_offline_len: _Optional[int] = ...) -> None: ...
 
 class QueueState(_message.Message):
-    __slots__ = ("key", "exists", "epoch", "last_seq", "acked", "count", "delivered_upto", "inbound_qos2", "outbound_pubrel", "error", "replicas", "committed")
+    __slots__ = ("key", "exists", "epoch", "last_seq", "acked", "count", "delivered_upto", "inbound_qos2", "outbound_pubrel", "error", "replicas", "committed", "held")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -284,6 +284,7 @@ class QueueState(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     key: _common_pb2.SessionKey
     exists: bool
     epoch: int
@@ -296,7 +297,8 @@ class QueueState(_message.Message):
     error: str
     replicas: _containers.RepeatedScalarFieldContainer[str]
     committed: int
-    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., acked: _Optional[int] = ..., count: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., committed: _Optional[int] = ...) -> None: ...
+    held: bool
+    def __init__(self, key: _Optional[_Union[_common_pb2.SessionKey, _Mapping]] = ..., exists: _Optional[bool] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., acked: _Optional[int] = ..., count: _Optional[int] = ..., delivered_upto: _Optional[int] = ..., inbound_qos2: _Optional[_Iterable[int]] = ..., outbound_pubrel: _Optional[_Iterable[int]] = ..., error: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., committed: _Optional[int] = ..., held: _Optional[bool] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("key", "epoch", "after_seq", "max_entries")

@@ -354,7 +354,9 @@ class Failover:
         assert isinstance(state, QueueState)
         kept = f"read the copies on {', '.join(sorted(read))}; {state.count} messages kept{foreign}"
         failover_event(sid, epoch, "done", chosen, self.node, lasts[chosen][1], kept)
-        return state_to_pb(state)
+        reply = state_to_pb(state)
+        reply.held = bool(held)  # else the queue was created afresh: no session to resume
+        return reply
 
     async def _read_copies(
         self, sid: SessionKey, copies: list[str], epoch: int

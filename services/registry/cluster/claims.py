@@ -236,6 +236,14 @@ class Claims:
                 # it ends its session (a clean start, or a queue the resume keeps
                 # where ``holders`` says, which is not here).
                 await self._evict_others(c.key, value.epoch, {node}, self._kept(c, previous))
+                if (
+                    not c.clean_start
+                    and previous.persistent
+                    and self._replicated()
+                    and not superseded_here(previous, local_epoch)
+                    and await self._fail_over(c, previous, value, only_held=True)
+                ):
+                    return "lost_attempt_failover"
                 return "lost_attempt"
             return "here" if previous.live else "released"
         source = source or previous.owner
@@ -248,7 +256,7 @@ class Claims:
             try:
                 taken = await self._handover(c.key, source, value.epoch, resume, seen_down)
             except Unreachable:
-                if not self._copies_up(previous):
+                if not self._copies_up(previous, source):
                     raise ClaimRefused(
                         f"the session's queue is on {source}, which is down"
                     ) from None
@@ -309,23 +317,39 @@ class Claims:
         it, so such copies are refused and sent again, in order."""
         return self.registrar.settings.replication_factor > 1
 
-    def _copies_up(self, previous: Entry) -> bool:
+    def _copies_up(self, previous: Entry, source: str) -> bool:
+        """Whether a copy of the queue other than ``source``'s (down) is up. This node
+        counts: the register may name it the first holder while the owner is another
+        node (that owner's handover took the session, and the record of where its queue
+        went did not land before it died). Looking only past the first holder refused
+        every resume here while the owner was down, and the retry found the refused
+        claim's own entry, a lost attempt, which started the session afresh."""
         view = self.registrar.cluster()
-        return any(h in view.up for h in holders(previous)[1:])
+        return any(h in view.up for h in holders(previous) if h != source)
 
-    async def _fail_over(self, c: Connect, previous: Entry, value: Entry) -> None:
+    async def _fail_over(
+        self, c: Connect, previous: Entry, value: Entry, only_held: bool = False
+    ) -> bool:
         """The queue's primary is down and it has replicas: this node's msgstore becomes
         the primary from the most up-to-date copy (DESIGN §4), and the session is
         adopted here as the CONNECT describes it (its record died with the old owner;
-        its subscriptions live on in gossip)."""
+        its subscriptions live on in gossip). Whether it was adopted.
+
+        ``only_held``: only if some copy held the queue. A lost attempt's entry does not
+        tell a session that existed from a new one (a claim keeps the holders it read
+        only for a live persistent session), so the copies tell: none holding it, the
+        session starts afresh."""
         r = self.registrar
         expiry = r.table.policy.expiry(c.proto_ver, c.session_expiry)
-        await self._queue_from_copies(c.key, value.epoch, queue_copies(previous))
+        state = await self._queue_from_copies(c.key, value.epoch, queue_copies(previous))
+        if only_held and not state.held:
+            return False
         taken = Taken(present=True, persistent=True, session_expiry=expiry, proto_ver=c.proto_ver)
         if r.table.get(c.key) is not None:
             r.table.demote(c.key)
         r.table.adopt(adopted(c.key, r.settings.node, value.epoch - 1, taken, r.clock()))
         self._adopted[c.key] = value.epoch
+        return True
 
     async def _take_replicated(
         self, c: Connect, source: str, previous: Entry, value: Entry, taken: Taken
@@ -370,10 +394,10 @@ class Claims:
 
     async def _queue_from_copies(
         self, key: SessionKey, epoch: int, copies: tuple[str, ...], uncertain: bool = True
-    ) -> None:
+    ) -> msgstore_pb2.QueueState:
         try:
             limits = self.registrar.table.policy.queue_limits
-            await self.registrar.backends.failover(key, epoch, copies, limits, uncertain)
+            return await self.registrar.backends.failover(key, epoch, copies, limits, uncertain)
         except BackendError as exc:
             raise ClaimRefused(f"the queue could not fail over: {exc.reason}") from None
 
