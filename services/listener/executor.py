@@ -450,7 +450,7 @@ class ActionExecutor:
         store = self.broker.store
         store.mark(self.sid[0], self.sid[1], self.epoch, action.kind, action.ident, action.set)
         if action.set:
-            barrier = store.flush()
+            barrier = store.mark_barrier(self.sid[0], self.sid[1])
             self._barrier = barrier
             barrier.add_done_callback(self._barrier_passed)
 

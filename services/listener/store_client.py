@@ -82,7 +82,9 @@ class _Ack:
 class _Batch:
     """One StoreBatch being filled, then in flight."""
 
-    __slots__ = ("acks", "appends", "batch_id", "callbacks", "done", "marks", "ops", "size")
+    __slots__ = (
+        "acks", "appends", "barriers", "batch_id", "callbacks", "done", "marks", "ops", "size",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.appends: list[bytes] = []
@@ -91,8 +93,17 @@ class _Batch:
         self.acks: dict[tuple[str, str, int], _Ack] = {}
         self.marks: list[bytes] = []
         self.done: asyncio.Future[str] | None = None
+        # Per session: whether its own marks in this batch are durable where they must be.
+        self.barriers: dict[tuple[str, str], asyncio.Future[str]] = {}
         self.ops = 0
         self.batch_id = 0
+
+    def settle_barriers(self, why: str, failed: set[tuple[str, str]] | None) -> None:
+        """Answer each session's barrier: ``why`` for the sessions in ``failed`` (None:
+        every one), "" for the others."""
+        for sid, fut in self.barriers.items():
+            if not fut.done():
+                fut.set_result(why if why and (failed is None or sid in failed) else "")
 
     def encode(self) -> bytes:
         acks = [
@@ -236,6 +247,22 @@ class StoreClient:
         self._open.marks.append(convert.mark_entry(key, epoch, kind, ident, set_))
         self._open.ops += 1
         self._wakeup.set()
+
+    def mark_barrier(self, mountpoint: str, client_id: str) -> asyncio.Future[str]:
+        """A future resolved once the batch carrying this session's latest mark (made
+        just before, with :meth:`mark`) is answered: "" when the session's marks are
+        durable where they must be, else why not. Another session's refused mark in the
+        same batch (its connection taken over on another node: an older epoch) is not
+        this one's: only the sessions the store names fail (``marks_failed``)."""
+        batch = self._open
+        sid = (mountpoint, client_id)
+        fut = batch.barriers.get(sid)
+        if fut is None:
+            fut = batch.barriers[sid] = asyncio.get_running_loop().create_future()
+        if batch.ops == 0:
+            batch.ops = 1  # nothing marked since the last batch left: ship a barrier
+        self._wakeup.set()
+        return fut
 
     def settled(self) -> bool:
         """Nothing written is unanswered: what :meth:`flush` would return is done already
@@ -402,6 +429,12 @@ class StoreClient:
                 _report(exc)
         if batch.done is not None and not batch.done.done():
             batch.done.set_result(result.marks_error if batch.marks else "")
+        if batch.barriers:
+            why = result.marks_error
+            failed = None
+            if why and result.marks_failed:
+                failed = {(k.mountpoint, k.client_id) for k in result.marks_failed}
+            batch.settle_barriers(why, failed)
 
     def _fail(self, batch: _Batch, reason: str) -> None:
         for callback in batch.callbacks:
@@ -412,6 +445,7 @@ class StoreClient:
         batch.callbacks = []
         if batch.done is not None and not batch.done.done():
             batch.done.set_result(reason or "the store did not answer")
+        batch.settle_barriers(reason or "the store did not answer", None)
 
     def _fail_all(self, reason: str) -> None:
         batches = [*self._inflight]

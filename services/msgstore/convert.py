@@ -65,6 +65,10 @@ def result_to_pb(result: BatchResult) -> msgstore_pb2.StoreBatchResult:
         stale_acks=result.stale_acks,
         marks_error=result.marks_error,
     )
+    if result.marks_error and result.marks_failed:
+        reply.marks_failed.extend(
+            common_pb2.SessionKey(mountpoint=mp, client_id=cid) for mp, cid in result.marks_failed
+        )
     statuses: list[Any] = []  # model.AppendStatus: the numbers of msgstore.AppendStatus
     seqs: list[int] = []
     for status, seq in result.results:

@@ -177,6 +177,8 @@ class BatchResult:
     # The replicated queues this batch appended to or marked: each must be led from here
     # (a primary in the replicator), or what was written is on this copy alone.
     replicated: set[SessionKey] | None = None
+    # The sessions ``marks_error`` is about (None: every mark of the batch).
+    marks_failed: set[SessionKey] | None = None
 
     def __init__(
         self,
@@ -186,6 +188,7 @@ class BatchResult:
         stale_acks: int = 0,
         marks_error: str = "",
         replicated: set[SessionKey] | None = None,
+        marks_failed: set[SessionKey] | None = None,
     ) -> None:
         self.batch_id = batch_id
         self.results = results
@@ -193,6 +196,16 @@ class BatchResult:
         self.stale_acks = stale_acks
         self.marks_error = marks_error
         self.replicated = replicated
+        self.marks_failed = marks_failed
+
+    def marks_failed_for(self, sessions: set[SessionKey]) -> None:
+        """``sessions``' marks are not on msgstore.write_quorum copies. Narrows nothing:
+        a batch whose every mark failed stays so."""
+        if not self.marks_error:
+            self.marks_error = "QoS 2 state not on msgstore.write_quorum copies in time"
+            self.marks_failed = set(sessions)
+        elif self.marks_failed is not None:
+            self.marks_failed |= sessions
 
 
 @dataclass(frozen=True, slots=True)

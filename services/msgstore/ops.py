@@ -274,6 +274,7 @@ def _ack(t: Txn, op: Ack) -> int:
 
 
 def _mark(t: Txn, op: Mark) -> int:
+    """1 when the mark is refused for an older epoch."""
     found = t.live(op.session)
     if found is None:
         return 0
@@ -297,12 +298,18 @@ def _mark(t: Txn, op: Mark) -> int:
 def _batch(t: Txn, job: WriteBatch) -> BatchResult:
     t.take_replicated()  # this batch's own from here
     results = [_append(t, op) for op in job.appends]
-    stale_marks = sum(_mark(t, op) for op in job.marks)
-    refused = sum(_ack(t, op) for op in job.acks) + stale_marks
+    stale_marks = {op.session for op in job.marks if _mark(t, op)}
+    refused = sum(_ack(t, op) for op in job.acks) + len(stale_marks)
     failed = t.full and any(r.status == AppendStatus.STORE_ERROR for r in results)
-    marks_error = f"{stale_marks} QoS 2 marks refused for an older epoch" if stale_marks else ""
+    marks_error = "QoS 2 marks refused for an older epoch" if stale_marks else ""
     return BatchResult(
-        job.batch_id, results, t.full if failed else "", refused, marks_error, t.take_replicated()
+        job.batch_id,
+        results,
+        t.full if failed else "",
+        refused,
+        marks_error,
+        t.take_replicated(),
+        stale_marks or None,
     )
 
 

@@ -180,8 +180,8 @@ class MsgStoreServicer(msgstore_pb2_grpc.MsgStoreServicer):  # type: ignore[misc
                 states[sid] = fut
         failed = await replicator.wait(pending)
         failed_states = await replicator.wait(states)
-        if (failed_states or marked & unled) and not result.marks_error:
-            result.marks_error = "QoS 2 state not on msgstore.write_quorum copies in time"
+        if failed_states or marked & unled:
+            result.marks_failed_for(failed_states | (marked & unled))
         if unled:  # rare: no second pass over the batch's appends otherwise
             failed |= {op.session for op in appends if op.session in unled}
         if not failed:

@@ -237,20 +237,22 @@ class StoreBatch(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., appends: _Optional[_Iterable[_Union[Append, _Mapping]]] = ..., acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[Mark, _Mapping]]] = ...) -> None: ...
 
 class StoreBatchResult(_message.Message):
-    __slots__ = ("batch_id", "error", "stale_acks", "statuses", "seqs", "marks_error")
+    __slots__ = ("batch_id", "error", "stale_acks", "statuses", "seqs", "marks_error", "marks_failed")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STALE_ACKS_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     SEQS_FIELD_NUMBER: _ClassVar[int]
     MARKS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FAILED_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     error: str
     stale_acks: int
     statuses: _containers.RepeatedScalarFieldContainer[AppendStatus]
     seqs: _containers.RepeatedScalarFieldContainer[int]
     marks_error: str
-    def __init__(self, batch_id: _Optional[int] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[AppendStatus, str]]] = ..., seqs: _Optional[_Iterable[int]] = ..., marks_error: _Optional[str] = ...) -> None: ...
+    marks_failed: _containers.RepeatedCompositeFieldContainer[_common_pb2.SessionKey]
+    def __init__(self, batch_id: _Optional[int] = ..., error: _Optional[str] = ..., stale_acks: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[AppendStatus, str]]] = ..., seqs: _Optional[_Iterable[int]] = ..., marks_error: _Optional[str] = ..., marks_failed: _Optional[_Iterable[_Union[_common_pb2.SessionKey, _Mapping]]] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
     __slots__ = ("key", "epoch", "create", "clean", "max_len", "replicas", "max_offline_len")

@@ -71,11 +71,13 @@ def test_a_mark_not_stored_sends_nothing_behind_it_and_closes() -> None:
 
 
 class _MarksCall:
-    """The Stream call: answers each batch with ``marks_error`` when it carries marks."""
+    """The Stream call: answers each batch with ``marks_error`` when it carries marks,
+    naming the sessions of ``failed`` among them (none named: every mark failed)."""
 
-    def __init__(self, requests: Any, marks_error: str) -> None:
+    def __init__(self, requests: Any, marks_error: str, failed: tuple[str, ...]) -> None:
         self.requests = requests
         self.marks_error = marks_error
+        self.failed = failed
 
     def __aiter__(self) -> _MarksCall:
         return self
@@ -83,21 +85,25 @@ class _MarksCall:
     async def __anext__(self) -> msgstore_pb2.StoreBatchResult:
         batch = msgstore_pb2.StoreBatch.FromString(await self.requests.__anext__())
         error = self.marks_error if batch.marks else ""
-        return msgstore_pb2.StoreBatchResult(batch_id=batch.batch_id, marks_error=error)
+        reply = msgstore_pb2.StoreBatchResult(batch_id=batch.batch_id, marks_error=error)
+        if error:
+            reply.marks_failed.extend(m.key for m in batch.marks if m.key.client_id in self.failed)
+        return reply
 
     def cancel(self) -> None:
         pass
 
 
 class _Channel:
-    def __init__(self, marks_error: str) -> None:
+    def __init__(self, marks_error: str, failed: tuple[str, ...] = ()) -> None:
         self.marks_error = marks_error
+        self.failed = failed
 
     def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
         return None
 
     def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
-        return lambda requests: _MarksCall(requests, self.marks_error)
+        return lambda requests: _MarksCall(requests, self.marks_error, self.failed)
 
 
 async def _flushes(marks_error: str) -> tuple[str, str]:
@@ -119,17 +125,44 @@ def test_the_flush_of_a_batch_carries_its_marks_outcome() -> None:
     assert asyncio.run(_flushes(why)) == (why, "")
 
 
-async def _broken() -> str:
+async def _barriers(failed: tuple[str, ...]) -> tuple[str, str]:
+    """Two sessions mark in one batch, the store refuses the marks of ``failed``."""
+    client = StoreClient(_Channel("QoS 2 marks refused for an older epoch", failed))  # type: ignore[arg-type]
+    client.start()
+    try:
+        client.mark("", "taken", 3, 2, 7, True)
+        taken = client.mark_barrier("", "taken")
+        client.mark("", "live", 4, 2, 8, True)
+        live = client.mark_barrier("", "live")
+        return await asyncio.wait_for(taken, 10), await asyncio.wait_for(live, 10)
+    finally:
+        await client.stop()
+
+
+def test_a_sessions_barrier_fails_only_for_its_own_refused_marks() -> None:
+    """A connection taken over on another node keeps writing marks at its older epoch;
+    the store refuses those, and only that connection's barrier fails. Before, the
+    batch's one outcome closed every connection whose mark rode with them (0x80)."""
+    taken, live = asyncio.run(_barriers(("taken",)))
+    assert "older epoch" in taken and live == ""
+    # a batch the store names no session of failed every mark (a store error, say)
+    taken, live = asyncio.run(_barriers(()))
+    assert "older epoch" in taken and "older epoch" in live
+
+
+async def _broken() -> tuple[str, str]:
     client = StoreClient(_Channel(""))  # type: ignore[arg-type]
     client.mark("", "c1", 3, 2, 7, True)
     fut = client.flush()
+    barrier = client.mark_barrier("", "c1")
     # the batch goes out and the stream breaks before its answer
     batch = client._open
     client._open = type(batch)()
     client._inflight.append(batch)
     client._broken("UNAVAILABLE", "msgstore gone")
-    return await asyncio.wait_for(fut, 5)
+    return await asyncio.wait_for(fut, 5), await asyncio.wait_for(barrier, 5)
 
 
 def test_a_batch_lost_with_its_stream_fails_the_barrier() -> None:
-    assert "msgstore gone" in asyncio.run(_broken())
+    flushed, barrier = asyncio.run(_broken())
+    assert "msgstore gone" in flushed and "msgstore gone" in barrier

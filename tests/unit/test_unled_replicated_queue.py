@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 
 from services.common.session_key import SessionKey
+from services.msgstore.convert import result_to_pb
 from services.msgstore.model import (
     Append,
     AppendStatus,
@@ -89,6 +90,41 @@ def test_marks_refused_for_an_older_epoch_are_a_marks_error() -> None:
             assert result.stale_acks == 1
 
     asyncio.run(run())
+
+
+def test_a_stale_mark_fails_only_its_own_sessions_marks() -> None:
+    """One batch carries a mark of a session taken over since (an older epoch) and one of
+    a live session: the store names the first alone, so the listener closes only its
+    connection (before, every connection whose mark rode the batch was closed)."""
+    other: SessionKey = ("", "other")
+
+    async def run() -> None:
+        async with primaries() as p:
+            for sid in (PLAIN, other):
+                state = await p.committer.submit(OpenQueue(sid, 5, True))
+                assert isinstance(state, QueueState) and not state.error
+            marks = (
+                Mark(PLAIN, 4, MarkKind.INBOUND_QOS2, 8, True),
+                Mark(other, 5, MarkKind.INBOUND_QOS2, 9, True),
+            )
+            result = await p.committer.submit(WriteBatch(1, marks=marks))
+            assert isinstance(result, BatchResult) and result.marks_error
+            assert result.marks_failed == {PLAIN}
+            reply = result_to_pb(result)
+            assert [(k.mountpoint, k.client_id) for k in reply.marks_failed] == [PLAIN]
+
+    asyncio.run(run())
+
+
+def test_marks_failed_for_narrows_nothing_once_every_mark_failed() -> None:
+    whole = BatchResult(1, [], marks_error="the store failed")  # every mark: None
+    whole.marks_failed_for({PLAIN})
+    assert whole.marks_error == "the store failed" and whole.marks_failed is None
+    fresh = BatchResult(2, [])
+    fresh.marks_failed_for({PLAIN})
+    assert fresh.marks_error and fresh.marks_failed == {PLAIN}
+    fresh.marks_failed_for({LED})
+    assert fresh.marks_failed == {PLAIN, LED}
 
 
 def test_a_failover_applies_only_acknowledgements_of_its_own_history() -> None:
