@@ -273,7 +273,7 @@ class StoreClient:
         """A future resolved when everything written so far is answered: with "" when the
         QoS 2 marks of the batch that carried the last writes are durable where they must
         be, else with why not (``StoreBatchResult.marks_error``, or the batch failed). A
-        mark's barrier (``ActionExecutor._store_mark``) sends what relies on it only on ""."""
+        connection's own marks wait on :meth:`mark_barrier` instead."""
         batch = self._open
         if batch.done is None:
             batch.done = asyncio.get_running_loop().create_future()
