@@ -130,7 +130,7 @@ class Connection(ActionExecutor):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if self._peer:
             self.peer = self._peer
-        if self.gate is not None and not self.gate.admit():
+        if self.gate is not None and not self.gate.admit(self):
             self._refuse("max_connections")
             return
         # TCP_NODELAY: uvloop and asyncio both set it on every TCP transport already
@@ -443,7 +443,7 @@ class Connection(ActionExecutor):
         if self.session is None:  # refused in connection_made: nothing was counted
             return
         if self.gate is not None:
-            self.gate.open -= 1
+            self.gate.release(self)
         self.metrics.connections.inc(-1)
         self._cancel_timers()
         was_closed = self.closed

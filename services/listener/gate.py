@@ -1,19 +1,30 @@
-"""A listener's open connections against its ``max_connections`` (0: no limit)."""
+"""A listener's connections: counted against its ``max_connections`` (0: no limit), and
+held by name, so that ``listener stop --kill_sessions`` ends every one, those still in
+their CONNECT handshake too. A connection waiting for the registry's answer is in no
+session table yet; ended, its registration is reported gone as soon as it lands."""
 
 from __future__ import annotations
 
 
 class ConnectionGate:
-    """Counts the connections one listener holds; refuses past the limit."""
+    """The connections one listener (one address, across its restarts) holds; refuses
+    past the limit."""
 
-    __slots__ = ("limit", "open")
+    __slots__ = ("held", "limit")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int = 0) -> None:
         self.limit = limit
-        self.open = 0
+        self.held: set[object] = set()
 
-    def admit(self) -> bool:
-        if self.limit and self.open >= self.limit:
+    @property
+    def open(self) -> int:
+        return len(self.held)
+
+    def admit(self, conn: object) -> bool:
+        if self.limit and len(self.held) >= self.limit:
             return False
-        self.open += 1
+        self.held.add(conn)
         return True
+
+    def release(self, conn: object) -> None:
+        self.held.discard(conn)

@@ -402,17 +402,23 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
 
     reuse_port = settings.reuse_port or settings.processes > 1
     rejected = _rejected(lm)
+    # Each listener's connections, one gate per address for the process's life: a
+    # connection accepted before a restart is still that listener's.
+    gates: dict[Key, ConnectionGate] = {}
 
     async def open_front(lst: TcpListener) -> Front:
         """One listener's socket, and what each connection on it is served by."""
         limits = limits_of(lst)
-        gate = ConnectionGate(lst.max_connections) if lst.max_connections else None
+        gate = gates.get(key_of(lst))
+        if gate is None:
+            gate = gates[key_of(lst)] = ConnectionGate()
+        gate.limit = lst.max_connections  # as (re)started
         if lst.transport == "tcp":
 
             def factory(
                 lst: TcpListener = lst,
                 limits: list[SessionLimits] = limits,
-                gate: ConnectionGate | None = gate,
+                gate: ConnectionGate = gate,
             ) -> Connection:
                 return connection(lst, limits[0], gate)
 
@@ -425,7 +431,7 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
             identity: str | None,
             lst: TcpListener = lst,
             limits: list[SessionLimits] = limits,
-            gate: ConnectionGate | None = gate,
+            gate: ConnectionGate = gate,
         ) -> Any:
             # a PROXY header, if any, was read before TLS or the HTTP request
             return connection(replace(lst, proxy_protocol=False), limits[0], gate, peer, identity)
@@ -456,14 +462,10 @@ async def serve(config: Config, stop: asyncio.Event, index: int = 0) -> None:
         return tls_server
 
     def end_sessions(lst: TcpListener) -> int:
-        """``listener stop --kill_sessions``: the connections this listener accepted."""
-        mine = [
-            c
-            for c in list(broker.sessions.values())
-            if isinstance(c, Connection)
-            and (c.listener.transport, c.listener.host, c.listener.port)
-            == (lst.transport, lst.host, lst.port)
-        ]
+        """``listener stop --kill_sessions``: the connections this listener accepted,
+        those still waiting for their CONNACK too (they close without one)."""
+        gate = gates.get(key_of(lst))
+        mine = [c for c in gate.held if isinstance(c, Connection) and not c.closed] if gate else []
         for c in mine:
             c.fail(ReasonCode.ADMINISTRATIVE_ACTION, "listener stopped")
         return len(mine)

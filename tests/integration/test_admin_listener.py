@@ -6,7 +6,10 @@ port already in use is refused with the reason."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -89,6 +92,78 @@ def test_a_listener_started_stopped_restarted_and_deleted_at_run_time(node: Node
         == 0
     )
     assert shown(node, port) is None and refused(port)
+
+
+def _connect_frame(client_id: str) -> bytes:
+    cid = client_id.encode()
+    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
+    return bytes([0x10, len(body)]) + body
+
+
+def _unread(port: int) -> list[int]:
+    """The bytes waiting in each server-side socket of ``port`` (``ss``): 0 once a
+    listener has read what its client sent."""
+    out = subprocess.run(
+        ["ss", "-tnH", "state", "established", f"( sport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [int(line.split()[0]) for line in out.splitlines() if line.strip()]
+
+
+def _online(node: Node, prefix: str) -> list[object]:
+    rows = node.get_json("/api/v1/session/show")
+    assert isinstance(rows, list)
+    return [r for r in rows if str(r.get("client_id", "")).startswith(prefix) and r.get("online")]
+
+
+def test_a_kill_ends_the_connections_still_waiting_for_their_connack(node: Node) -> None:
+    """``-k`` ends every connection the listener accepted, one whose CONNECT the registry
+    has not answered yet included (the registry is paused with SIGSTOP): it closes
+    without a CONNACK, and once the registry answers, none of them is left online.
+    Before, only registered sessions were ended, and these got their CONNACK later."""
+    port = free_port()
+    done = admin(node.http_port, "listener", "start", "address=127.0.0.1", f"port={port}")
+    assert done.returncode == 0, done.stderr
+    status = node.get_json("/status")
+    registry = int(status["children"]["registry"]["pid"])  # type: ignore[index]
+    socks: list[socket.socket] = []
+    os.kill(registry, signal.SIGSTOP)
+    try:
+        for i in range(4):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(_connect_frame(f"waiting-{i}"))
+            socks.append(s)
+        wait_for(
+            lambda: _unread(port) == [0, 0, 0, 0], 15, what="the listeners to read each CONNECT"
+        )
+        done = admin(node.http_port, "listener", "stop", "address=127.0.0.1", f"port={port}", "-k")
+        assert done.returncode == 0, done.stderr
+        for s in socks:
+            s.settimeout(15)
+            try:
+                got = s.recv(4)
+            except ConnectionResetError:
+                got = b""
+            assert got == b"", f"a CONNACK or more on a killed connection: {got!r}"
+    finally:
+        os.kill(registry, signal.SIGCONT)
+        for s in socks:
+            s.close()
+    wait_for(lambda: not _online(node, "waiting-"), 30, what="no waiting-* session online")
+
+    def ended() -> int:  # each process counts what it ended
+        changed = node.events("listener.changed")
+        return sum(
+            int(str(e.get("sessions") or 0))
+            for e in changed
+            if str(e.get("address", "")).endswith(f":{port}")
+        )
+
+    wait_for(lambda: ended() == 4, 15, what="listener.changed counting the 4 connections")
+    admin(node.http_port, "listener", "delete", "address=127.0.0.1", f"port={port}")
+    assert shown(node, port) is None
 
 
 def test_the_configured_listener_stops_and_restarts(node: Node) -> None:
