@@ -11,7 +11,14 @@ import asyncio
 
 from services.common.session_key import SessionKey
 from services.msgstore.cluster.servicer import Failover
-from services.msgstore.model import Append, AppendStatus, BatchResult, WriteBatch
+from services.msgstore.model import (
+    Append,
+    AppendStatus,
+    BatchResult,
+    OpenQueue,
+    QueueState,
+    WriteBatch,
+)
 from services.pb import common_pb2, msgstore_pb2
 from tests.support.replicator import Primaries, primaries
 
@@ -52,5 +59,24 @@ def test_a_failover_that_found_no_queue_says_so() -> None:
             state = await _failover(p).run(_request(6))
             assert not state.error, state.error
             assert not state.held and state.count == 0
+
+    asyncio.run(run())
+
+
+def test_a_fresh_sessions_open_follows_a_failover_that_found_nothing() -> None:
+    """The registry's retry of a lost attempt, told that no copy held the queue, starts
+    the session afresh: its plan opens the queue at the claim's epoch, the one the
+    failover has just opened it at as primary. The store takes it."""
+
+    async def run() -> None:
+        async with primaries(w=1) as p:
+            state = await _failover(p).run(_request(6))
+            assert not state.error and not state.held
+            p.rep.pause(C1)
+            fresh = OpenQueue(C1, 6, create=True, clean=True, replicas=("a", "b"))
+            opened = await p.committer.submit(fresh)
+            await p.rep.opened(C1)
+            assert isinstance(opened, QueueState) and not opened.error, opened
+            assert opened.exists and opened.epoch == 6 and opened.count == 0
 
     asyncio.run(run())
