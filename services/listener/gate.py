@@ -16,10 +16,6 @@ class ConnectionGate:
         self.limit = limit
         self.held: set[object] = set()
 
-    @property
-    def open(self) -> int:
-        return len(self.held)
-
     def admit(self, conn: object) -> bool:
         if self.limit and len(self.held) >= self.limit:
             return False

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.admin import admin
-from tests.support.clients import Client
+from tests.support.clients import Client, connect_frame
 from tests.support.node import Node, free_port, make_node, wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -94,12 +94,6 @@ def test_a_listener_started_stopped_restarted_and_deleted_at_run_time(node: Node
     assert shown(node, port) is None and refused(port)
 
 
-def _connect_frame(client_id: str) -> bytes:
-    cid = client_id.encode()
-    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
-    return bytes([0x10, len(body)]) + body
-
-
 def _unread(port: int) -> list[int]:
     """The bytes waiting in each server-side socket of ``port`` (``ss``): 0 once a
     listener has read what its client sent."""
@@ -133,7 +127,7 @@ def test_a_kill_ends_the_connections_still_waiting_for_their_connack(node: Node)
     try:
         for i in range(4):
             s = socket.create_connection(("127.0.0.1", port), timeout=10)
-            s.sendall(_connect_frame(f"waiting-{i}"))
+            s.sendall(connect_frame(f"waiting-{i}"))
             socks.append(s)
         wait_for(
             lambda: _unread(port) == [0, 0, 0, 0], 15, what="the listeners to read each CONNECT"

@@ -9,18 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clients import connect_frame
 from tests.support.node import Node, make_node, wait_for
 from tests.unit.test_proxy_protocol import V2_TCP6
 
 pytestmark = pytest.mark.integration
 
 CONNACK_OK = b"\x20\x02\x00\x00"
-
-
-def connect_frame(client_id: str) -> bytes:
-    cid = client_id.encode()
-    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
-    return bytes([0x10, len(body)]) + body
 
 
 def exchange(port: int, *chunks: bytes) -> bytes:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.certs import Certs, Issued, make_certs
-from tests.support.clients import Client
+from tests.support.clients import Client, connect_frame
 from tests.support.node import TERNMQ, Node, free_port, make_node, wait_for
 
 pytestmark = pytest.mark.integration
@@ -198,12 +198,10 @@ def test_a_handshake_that_stalls_is_closed_at_the_timeout_and_logged(
 def test_the_proxy_header_before_the_handshake_names_the_client(node: Node, certs: Certs) -> None:
     header = b"PROXY TCP4 203.0.113.9 10.0.0.1 52000 8883\r\n"
     ctx = ssl.create_default_context(cafile=str(certs.ca))
-    cid = b"tls-proxied"
-    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
     with socket.create_connection(("127.0.0.1", node.ports["proxied"]), timeout=10) as raw:
         raw.sendall(header)
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-            s.sendall(bytes([0x10, len(body)]) + body)
+            s.sendall(connect_frame("tls-proxied"))
             assert s.recv(4) == b"\x20\x02\x00\x00"
     wait_for(lambda: connected(node, "tls-proxied"), 10, what="client.connected")
     event = connected(node, "tls-proxied")

@@ -24,7 +24,7 @@ from wsproto.events import (
 )
 
 from tests.support.certs import Certs, make_certs
-from tests.support.clients import Client
+from tests.support.clients import Client, connect_frame
 from tests.support.node import Node, free_port, make_node, wait_for
 
 pytestmark = pytest.mark.integration
@@ -61,12 +61,6 @@ def connected(node: Node, client_id: str) -> dict[str, object] | None:
         if event.get("client_id") == client_id:
             return event
     return None
-
-
-def connect_packet(client_id: str) -> bytes:
-    cid = client_id.encode()
-    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
-    return bytes([0x10, len(body)]) + body
 
 
 class RawWs:
@@ -153,7 +147,7 @@ def test_packets_split_across_messages_and_several_in_one(node: Node) -> None:
     try:
         accepted = ws.upgrade()
         assert isinstance(accepted, AcceptConnection) and accepted.subprotocol == "mqtt"
-        packet = connect_packet("ws-split")
+        packet = connect_frame("ws-split")
         ws.send(packet[:5], packet[5:])  # the CONNECT in two messages
         got = ws.next_event()
         assert isinstance(got, BytesMessage) and bytes(got.data) == b"\x20\x02\x00\x00"
@@ -219,7 +213,7 @@ def test_the_proxy_header_before_the_request_names_the_client(node: Node) -> Non
     ws = RawWs(node.ports["proxied"], preface=header)
     try:
         assert isinstance(ws.upgrade(), AcceptConnection)
-        ws.send(connect_packet("ws-proxied"))
+        ws.send(connect_frame("ws-proxied"))
         got = ws.next_event()
         assert isinstance(got, BytesMessage) and bytes(got.data) == b"\x20\x02\x00\x00"
     finally:

@@ -190,6 +190,14 @@ class Client:
             sock.close()
 
 
+def connect_frame(client_id: str) -> bytes:
+    """A raw MQTT 3.1.1 CONNECT (clean session, keepalive 60), for tests that speak to the
+    socket below any client library."""
+    cid = client_id.encode()
+    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
+    return bytes([0x10, len(body)]) + body
+
+
 def until_routed(pub: Client, topic: str, subs: list[Client], bound: float = 30.0) -> None:
     """Subscriptions reach other nodes (and listener processes) through gossip: publish
     QoS 0 probes on ``topic`` until every subscriber got one, then drain the probes."""
