@@ -239,7 +239,7 @@ class Lifecycle:
 
     async def _ended_later(
         self,
-        flush: asyncio.Future[str],
+        flush: asyncio.Future[None],
         writes: list[asyncio.Future[None]],
         key: SessionKey,
         epoch: int,

@@ -92,7 +92,7 @@ class _Batch:
         self.callbacks: list[AppendCallback] = []
         self.acks: dict[tuple[str, str, int], _Ack] = {}
         self.marks: list[bytes] = []
-        self.done: asyncio.Future[str] | None = None
+        self.done: asyncio.Future[None] | None = None  # answered or failed: ``flush``
         # Per session: whether its own marks in this batch are durable where they must be.
         self.barriers: dict[tuple[str, str], asyncio.Future[str]] = {}
         self.ops = 0
@@ -269,18 +269,18 @@ class StoreClient:
         (checked without making a future, on every connection's end)."""
         return not self._open.ops and not self._inflight and not self._sealed
 
-    def flush(self) -> asyncio.Future[str]:
-        """A future resolved when everything written so far is answered: with "" when the
-        QoS 2 marks of the batch that carried the last writes are durable where they must
-        be, else with why not (``StoreBatchResult.marks_error``, or the batch failed). A
-        connection's own marks wait on :meth:`mark_barrier` instead."""
+    def flush(self) -> asyncio.Future[None]:
+        """A future resolved when everything written so far is answered or has failed.
+        What became of each write its callback hears, and of a connection's QoS 2 marks
+        its :meth:`mark_barrier`: the batch's own outcome would be a third answer that
+        nobody may act on."""
         batch = self._open
         if batch.done is None:
             batch.done = asyncio.get_running_loop().create_future()
         if self.settled():
             fut = batch.done
             batch.done = None
-            fut.set_result("")
+            fut.set_result(None)
             return fut
         if batch.ops == 0:
             batch.ops = 1  # ship an empty batch as a barrier behind the inflight ones
@@ -428,7 +428,7 @@ class StoreClient:
             except Exception as exc:  # a bug in the callback: reported, the stream goes on
                 _report(exc)
         if batch.done is not None and not batch.done.done():
-            batch.done.set_result(result.marks_error if batch.marks else "")
+            batch.done.set_result(None)
         if batch.barriers:
             why = result.marks_error
             failed = None
@@ -444,7 +444,7 @@ class StoreClient:
                 _report(exc)
         batch.callbacks = []
         if batch.done is not None and not batch.done.done():
-            batch.done.set_result(reason or "the store did not answer")
+            batch.done.set_result(None)
         batch.settle_barriers(reason or "the store did not answer", None)
 
     def _fail_all(self, reason: str) -> None:

@@ -6,9 +6,9 @@ wrote did not reach ``msgstore.write_quorum`` copies, and the store said so besi
 batch's appends, where the listener did not look. The barrier passed, the PUBRELs went
 out, the client completed the deliveries, and the failover that followed read copies
 without the marks and sent the messages again as new. The store now answers a batch's
-marks on their own (``StoreBatchResult.marks_error``), the store client's flush carries
-it, and a connection whose mark failed sends nothing held behind it and closes: the
-client retries against the state that is there.
+marks on their own (``StoreBatchResult.marks_error``), each session's barrier
+(``StoreClient.mark_barrier``) carries it, and a connection whose mark failed sends
+nothing held behind it and closes: the client retries against the state that is there.
 """
 
 from __future__ import annotations
@@ -106,23 +106,27 @@ class _Channel:
         return lambda requests: _MarksCall(requests, self.marks_error, self.failed)
 
 
-async def _flushes(marks_error: str) -> tuple[str, str]:
+async def _flushes(marks_error: str) -> tuple[str, bool]:
+    """A flush behind a batch with a mark: (the mark's barrier, whether the flush resolved
+    once the batch was answered)."""
     client = StoreClient(_Channel(marks_error))  # type: ignore[arg-type]
     client.start()
     try:
         client.mark("", "c1", 3, 2, 7, True)
-        with_mark = await asyncio.wait_for(client.flush(), 10)
-        client.ack("", "c1", 3, 1)
-        without = await asyncio.wait_for(client.flush(), 10)
-        return with_mark, without
+        barrier = client.mark_barrier("", "c1")
+        flushed = client.flush()
+        why = await asyncio.wait_for(barrier, 10)
+        await asyncio.wait_for(flushed, 10)
+        return why, client.settled()
     finally:
         await client.stop()
 
 
-def test_the_flush_of_a_batch_carries_its_marks_outcome() -> None:
-    assert asyncio.run(_flushes("")) == ("", "")
+def test_a_flush_resolves_whatever_the_marks_outcome_and_the_barrier_tells_it() -> None:
+    """Nobody acts on a flush's value: the barrier is where a refused mark is heard."""
+    assert asyncio.run(_flushes("")) == ("", True)
     why = "1 QoS 2 marks refused for an older epoch"
-    assert asyncio.run(_flushes(why)) == (why, "")
+    assert asyncio.run(_flushes(why)) == (why, True)
 
 
 async def _barriers(failed: tuple[str, ...]) -> tuple[str, str]:
@@ -150,7 +154,7 @@ def test_a_sessions_barrier_fails_only_for_its_own_refused_marks() -> None:
     assert "older epoch" in taken and "older epoch" in live
 
 
-async def _broken() -> tuple[str, str]:
+async def _broken() -> tuple[None, str]:
     client = StoreClient(_Channel(""))  # type: ignore[arg-type]
     client.mark("", "c1", 3, 2, 7, True)
     fut = client.flush()
@@ -165,4 +169,4 @@ async def _broken() -> tuple[str, str]:
 
 def test_a_batch_lost_with_its_stream_fails_the_barrier() -> None:
     flushed, barrier = asyncio.run(_broken())
-    assert "msgstore gone" in flushed and "msgstore gone" in barrier
+    assert flushed is None and "msgstore gone" in barrier
