@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -467,3 +467,46 @@ def test_random_histories_keep_the_invariants(history: list[tuple[str, str, int,
         # Nothing overdue is left out of the heap: a full sweep finds every expired session.
     overdue = {s.key for s in t if s.expired(now)}
     assert {s.key for s in t.due(now, 100)} == overdue
+
+
+_SESSIONS = st.builds(
+    Session,
+    key=st.tuples(st.text(max_size=3), st.text(min_size=1, max_size=5)),
+    epoch=st.integers(1, 2**40),
+    online=st.booleans(),
+    node=st.text(max_size=5),
+    listener_id=st.text(max_size=5),
+    session_expiry=st.integers(0, NEVER),
+    proto_ver=st.sampled_from([3, 4, 5]),
+    connected_us=st.integers(0, 2**60),
+    disconnected_us=st.integers(0, 2**60),
+    peer=st.text(max_size=8),
+    username=st.text(max_size=8),
+    recovered=st.booleans(),
+    queued=st.booleans(),
+)
+
+
+@settings(max_examples=300)
+@given(_SESSIONS, st.integers(0, NEVER), st.integers(0, 2**60))
+def test_ended_is_the_session_with_only_its_connection_changed(
+    s: Session, expiry: int, now: int
+) -> None:
+    """``Session.ended`` spells out every field (``replace`` was too dear per disconnect):
+    it must agree with ``replace`` for any session, so a field added to ``Session`` and not
+    to ``ended`` fails here."""
+    expected = replace(
+        s,
+        online=False,
+        recovered=False,
+        session_expiry=expiry,
+        disconnected_us=now if s.online else s.disconnected_us,
+    )
+    assert s.ended(expiry, now) == expected
+    assert set(_SESSIONS_FIELDS) == {f.name for f in fields(Session)}
+
+
+_SESSIONS_FIELDS = (
+    "key", "epoch", "online", "node", "listener_id", "session_expiry", "proto_ver",
+    "connected_us", "disconnected_us", "peer", "username", "recovered", "queued",
+)  # fmt: skip
