@@ -115,9 +115,10 @@ class Session:
         return at is not None and at <= now_us
 
     def ended(self, session_expiry: int, now_us: int) -> Session:
-        """This session once its connection ended, field by field: it runs once per
-        disconnection, and ``dataclasses.replace`` (interpreted, by field name) cost a
-        compiled registry more than the rest of the report."""
+        """This session once its connection ended, built field by field: it runs once
+        per disconnection, and ``dataclasses.replace`` stays interpreted in the compiled
+        build and looks each field up by name (about 5 µs of the 67 a register and its
+        disconnect cost the registrar)."""
         return Session(
             key=self.key,
             epoch=self.epoch,
