@@ -8,7 +8,7 @@ protocols at both ends, nothing else), sequentially, and reports the wall time a
 process's CPU per round trip; ``--same-cpu`` pins both to one CPU, which removes the
 cross-CPU wake-up from each trip.
 
-    python bench/process_rtt.py [--count 20000] [--same-cpu]
+    python -m bench.process_rtt [--count 20000] [--same-cpu]
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ from pathlib import Path
 
 import uvloop
 
+from bench.msgstore_bench import cpu_seconds
+
 HEADER = struct.Struct(">I")
 PAYLOAD = b"x" * 100  # about a Register frame
+ROOT = Path(__file__).resolve().parent.parent  # the echo process imports this module
 
 
 class Framer(asyncio.Protocol):
@@ -87,11 +90,6 @@ async def _client(path: str, count: int) -> tuple[float, float]:
     return result
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20_000)
@@ -106,14 +104,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "rtt.sock")
         echo = subprocess.Popen(
-            [sys.executable, __file__, "--serve", path], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-m", "bench.process_rtt", "--serve", path],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
         try:
             assert echo.stdout is not None and echo.stdout.readline().strip() == "ready"
             uvloop.run(_client(path, args.count // 10))  # warm-up, not counted
-            before = _cpu_seconds(echo.pid)
+            before = cpu_seconds(echo.pid)
             wall, cpu = uvloop.run(_client(path, args.count))
-            echo_cpu = _cpu_seconds(echo.pid) - before
+            echo_cpu = cpu_seconds(echo.pid) - before
         finally:
             echo.kill()
             echo.wait()
